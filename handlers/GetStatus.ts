@@ -1,0 +1,48 @@
+import type { Handler } from '../src/http/handler';
+
+export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
+  const { limits } = services;
+  const usage = await services.accounts.usage(auth.accountId);
+  return {
+    status: 200,
+    body: {
+      object: 'status',
+      status: 'ok',
+      version: services.config.version,
+      limits: {
+        machines: limits.machines,
+        running_machines: limits.runningMachines,
+        vcpu_per_machine: limits.vcpuPerMachine,
+        memory_mib_per_machine: limits.memoryMibPerMachine,
+        disk_mib_total: limits.diskMibTotal,
+        api_tokens: limits.apiTokens,
+        device_keys: limits.deviceKeys,
+        webhooks: limits.webhooks,
+        ssh_tunnels: limits.sshTunnels,
+        requests_per_minute: limits.requestsPerMinute,
+        metrics_per_minute: limits.metricsPerMinute,
+      },
+      usage: {
+        machines: 0,
+        running_machines: 0,
+        disk_mib: 0,
+        api_tokens: usage.apiTokens,
+        device_keys: usage.deviceKeys,
+        webhooks: 0,
+        ssh_tunnels: 0,
+      },
+      features: {
+        native_exec_stream: false,
+        command_interrupt: false,
+        event_watch: false,
+        hosted_http: false,
+        hosted_websocket: false,
+        snapshots: false,
+        snapshot_storage_mode: 'local',
+        remote_snapshot_pull: false,
+        accelerator: 'none',
+        open_signup: services.config.openSignup,
+      },
+    },
+  };
+};

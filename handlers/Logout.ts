@@ -1,0 +1,12 @@
+import type { Handler } from '../src/http/handler';
+import { SESSION_COOKIE } from '../src/http/cookies';
+
+export const handler: Handler<'Logout'> = async ({ auth, services }) => {
+  await services.accounts.logout(auth);
+  const what = { browser: 'browser session', cli: 'CLI sign-in', api_key: 'API key' }[auth.kind];
+  return {
+    status: 200,
+    body: { origin_revoked: true, authenticated: false, message: `This ${what} is revoked; open desktops and terminals stay open.` },
+    cookies: auth.kind === 'browser' ? [{ name: SESSION_COOKIE, value: '', maxAgeSeconds: 0 }] : undefined,
+  };
+};

@@ -1,0 +1,13 @@
+import type { Handler } from '../src/http/handler';
+
+export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) => {
+  const revoked = await services.signIn.revokeAll(auth.accountId);
+  return {
+    status: 200,
+    body: {
+      object: 'session_revocation',
+      revoked,
+      message: `Ended ${revoked} browser and CLI sign-in(s), including this one where it was one; API keys stay valid.`,
+    },
+  };
+};

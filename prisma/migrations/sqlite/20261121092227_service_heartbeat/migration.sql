@@ -1,0 +1,4 @@
+-- CreateTable
+CREATE TABLE "ServiceHeartbeat" (
+    "minute" DATETIME NOT NULL PRIMARY KEY
+);

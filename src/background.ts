@@ -1,0 +1,49 @@
+// Periodic work of a running service: due account deletions and the uptime heartbeat. Each job
+// runs again only after its previous run finished; stop() waits for running ones.
+import type { Logger } from 'pino';
+import type { Services } from './services';
+
+interface Job {
+  name: string;
+  everyMs: number;
+  run(): Promise<unknown>;
+}
+
+export class BackgroundJobs {
+  private timers: NodeJS.Timeout[] = [];
+  private running = new Set<Promise<unknown>>();
+  private stopped = false;
+
+  constructor(private readonly jobs: Job[], private readonly logger: Logger) {}
+
+  start(): void {
+    for (const job of this.jobs) {
+      const tick = () => {
+        if (this.stopped) return;
+        const run = job.run().catch((error) => this.logger.error({ err: error, job: job.name }, 'background job failed'));
+        this.running.add(run);
+        void run.finally(() => {
+          this.running.delete(run);
+          if (!this.stopped) this.timers.push(setTimeout(tick, job.everyMs));
+        });
+      };
+      tick();
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const timer of this.timers) clearTimeout(timer);
+    await Promise.all(this.running);
+  }
+}
+
+export function serviceJobs(services: Services, logger: Logger): BackgroundJobs {
+  return new BackgroundJobs(
+    [
+      { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
+      { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat() },
+    ],
+    logger,
+  );
+}

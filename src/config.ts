@@ -1,0 +1,84 @@
+// Configuration from the environment, read once at start. Every variable is documented in README.md.
+import { isIP } from 'node:net';
+import { resolve } from 'node:path';
+
+export interface Config {
+  listenHost: string;
+  listenPort: number;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  adminEmail: string | undefined;
+  adminPassword: string | undefined;
+  tls: { certFile: string; keyFile: string } | null;
+  baseUrl: string;
+  consoleUrl: string;
+  desktopUrl: string;
+  openSignup: boolean;
+  requestsPerMinute: number;
+  signInAttemptsPerMinute: number;
+  logLevel: string;
+  version: string;
+}
+
+export class ConfigError extends Error {}
+
+function flag(value: string | undefined): boolean {
+  return value !== undefined && ['1', 'true', 'yes', 'on'].includes(value.toLowerCase());
+}
+
+function positiveInt(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined || value === '') return fallback;
+  const parsed = Number(value);
+  if (!Number.isInteger(parsed) || parsed <= 0) throw new ConfigError(`${name} must be a positive integer, got "${value}"`);
+  return parsed;
+}
+
+function parseListen(value: string): { host: string; port: number } {
+  const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(value);
+  if (!match) throw new ConfigError(`KISTE_LISTEN must be host:port, got "${value}"`);
+  const port = Number(match[3]);
+  if (port > 65535) throw new ConfigError(`KISTE_LISTEN port out of range: ${port}`);
+  return { host: match[1] ?? match[2] ?? '127.0.0.1', port };
+}
+
+export function isLoopbackHost(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1';
+}
+
+function trimSlash(url: string): string {
+  return url.replace(/\/+$/, '');
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const { host, port } = parseListen(env.KISTE_LISTEN ?? '127.0.0.1:8080');
+  const certFile = env.KISTE_TLS_CERT;
+  const keyFile = env.KISTE_TLS_KEY;
+  if (Boolean(certFile) !== Boolean(keyFile)) throw new ConfigError('KISTE_TLS_CERT and KISTE_TLS_KEY must be set together');
+  const tls = certFile && keyFile ? { certFile, keyFile } : null;
+  if (!tls && !isLoopbackHost(host) && !flag(env.KISTE_ALLOW_PLAIN_HTTP)) {
+    throw new ConfigError(
+      `refusing plain HTTP on ${host}: set KISTE_TLS_CERT and KISTE_TLS_KEY, or KISTE_ALLOW_PLAIN_HTTP=1 behind a TLS proxy`,
+    );
+  }
+  const shownHost = host.includes(':') ? `[${host}]` : host;
+  const baseUrl = trimSlash(env.KISTE_BASE_URL ?? `${tls ? 'https' : 'http'}://${shownHost}:${port}`);
+  return {
+    listenHost: host,
+    listenPort: port,
+    dataDir: resolve(env.KISTE_DATA_DIR ?? 'data'),
+    databaseUrl: env.KISTE_DATABASE_URL || undefined,
+    adminEmail: env.KISTE_ADMIN_EMAIL || undefined,
+    adminPassword: env.KISTE_ADMIN_PASSWORD || undefined,
+    tls,
+    baseUrl,
+    consoleUrl: trimSlash(env.KISTE_CONSOLE_URL ?? baseUrl),
+    desktopUrl: trimSlash(env.KISTE_DESKTOP_URL ?? baseUrl),
+    openSignup: flag(env.KISTE_OPEN_SIGNUP),
+    requestsPerMinute: positiveInt('KISTE_REQUESTS_PER_MINUTE', env.KISTE_REQUESTS_PER_MINUTE, 600),
+    signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
+    logLevel: env.KISTE_LOG_LEVEL ?? 'info',
+    version: env.npm_package_version ?? '0.1.0',
+  };
+}

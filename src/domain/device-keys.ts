@@ -1,0 +1,52 @@
+// SSH public keys that every instance of the account accepts.
+import { KisteError } from '../errors';
+import type { DeviceKeyStore } from '../store/device-keys';
+import { appendEvent } from '../store/events';
+import type { Db, DeviceKey } from '../store/prisma';
+import type { Limits } from './limits';
+import { newId } from './secrets';
+import { parsePublicKey, PublicKeyError } from './ssh-public-key';
+
+export class DeviceKeys {
+  constructor(
+    private readonly db: Db,
+    private readonly store: DeviceKeyStore,
+    private readonly limits: Limits,
+  ) {}
+
+  list(accountId: string): Promise<DeviceKey[]> {
+    return this.store.list(accountId);
+  }
+
+  async add(accountId: string, name: string, publicKey: string): Promise<DeviceKey> {
+    let parsed;
+    try {
+      parsed = parsePublicKey(publicKey);
+    } catch (error) {
+      if (error instanceof PublicKeyError) throw new KisteError('A12', { message: `Invalid SSH public key: ${error.message}`, param: 'public_key' });
+      throw error;
+    }
+    if (await this.store.findByFingerprint(accountId, parsed.fingerprint)) {
+      throw new KisteError('A14', { param: 'public_key' });
+    }
+    if ((await this.store.count(accountId)) >= this.limits.deviceKeys) {
+      throw new KisteError('L09', { message: `An account can have at most ${this.limits.deviceKeys} device keys` });
+    }
+    return this.db.$transaction(async (tx) => {
+      const created = await this.store.create(tx, { id: newId(), accountId, name, publicKey: parsed.line, fingerprint: parsed.fingerprint });
+      await appendEvent(tx, accountId, {
+        type: 'device_key.added', resourceType: 'device_key', resourceId: created.id, data: { name, fingerprint: parsed.fingerprint },
+      });
+      return created;
+    });
+  }
+
+  async delete(accountId: string, id: string): Promise<void> {
+    const deleted = await this.db.$transaction(async (tx) => {
+      const { count } = await this.store.delete(tx, accountId, id);
+      if (count === 1) await appendEvent(tx, accountId, { type: 'device_key.deleted', resourceType: 'device_key', resourceId: id, data: {} });
+      return count === 1;
+    });
+    if (!deleted) throw new KisteError('A13');
+  }
+}

@@ -1,0 +1,142 @@
+// One request through kiste, in order: body limit → credential → budget → content type → JSON →
+// CSRF → spec validation → handler → answer. Each rule lives here once, driven by the operation's
+// generated metadata (x-kiste-* in openapi.yaml).
+import type { Request, Response } from 'express';
+import { OPERATIONS, OperationId, OperationMeta } from '../generated/operations';
+import { handlers } from '../generated/handler-registry';
+import { KisteError } from '../errors';
+import type { AuthContext } from '../domain/auth-context';
+import type { Services } from '../services';
+import { mediaTypeOf, parseBody, readBody } from './body';
+import { parseCookies, setCookies, SESSION_COOKIE } from './cookies';
+import type { AnyHandlerResult, RequestInfo } from './handler';
+import { validateBody, validateParameters } from './validation';
+
+/** Bodies of requests to operations that take none are still bounded. */
+const NO_BODY_LIMIT = 64 * 1024;
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export interface RoutedRequest {
+  operationId: string;
+  pathParams: Record<string, string>;
+}
+
+export async function runOperation(services: Services, routed: RoutedRequest, req: Request, res: Response): Promise<void> {
+  const meta: OperationMeta = OPERATIONS[routed.operationId as OperationId];
+  const info = requestInfo(req, services);
+
+  const raw = await readBody(req, meta.bodyLimit ?? NO_BODY_LIMIT);
+  const auth = await authenticate(services, meta, info, req);
+  takeBudget(services, meta, auth, info);
+
+  let body: unknown = undefined;
+  if (meta.requestContentTypes.length > 0 && raw.length > 0) {
+    const mediaType = mediaTypeOf(req.headers['content-type']);
+    if (!mediaType || !meta.requestContentTypes.includes(mediaType)) {
+      throw new KisteError('P04', {
+        message: `Content-Type must be ${meta.requestContentTypes.join(' or ')}`,
+        param: 'content-type',
+      });
+    }
+    body = parseBody(raw, mediaType);
+  }
+  if (auth?.kind === 'browser' && !SAFE_METHODS.has(meta.method)) checkCsrf(services, auth, req, body);
+
+  if (!meta.implemented) {
+    throw new KisteError('P09', { message: `${meta.method} ${meta.path} is not implemented yet` });
+  }
+  const parameters = { path: { ...routed.pathParams }, query: { ...(req.query as Record<string, unknown>) } };
+  validateParameters(meta.operationId, parameters);
+  if (meta.requestContentTypes.length > 0) {
+    if (body === undefined && meta.bodyRequired) {
+      throw new KisteError('P01', { message: 'Request body is required', param: null });
+    }
+    if (body !== undefined) validateBody(meta.operationId, body);
+  }
+
+  const handler = handlers[meta.operationId as keyof typeof handlers] as unknown as (ctx: unknown) => Promise<AnyHandlerResult>;
+  const result = await handler({
+    params: parameters.path,
+    query: parameters.query,
+    body,
+    auth,
+    services,
+    request: info,
+  });
+  sendResult(res, result, info.secure);
+}
+
+function requestInfo(req: Request, services: Services): RequestInfo {
+  const host = (req.headers.host ?? '').toLowerCase().replace(/:\d+$/, '');
+  return {
+    id: (req as Request & { id: string }).id,
+    ip: req.socket.remoteAddress ?? 'unknown',
+    userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
+    cookies: parseCookies(req),
+    secure: services.config.tls !== null || services.config.baseUrl.startsWith('https:'),
+    host,
+    url: req.originalUrl,
+  };
+}
+
+async function authenticate(services: Services, meta: OperationMeta, info: RequestInfo, req: Request): Promise<AuthContext | null> {
+  if (meta.credentials.length === 0) return null;
+  const header = req.headers.authorization;
+  let auth: AuthContext;
+  if (header !== undefined) {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!match) throw new KisteError('A02', { message: 'Authorization header must be "Bearer <token>"', param: 'authorization' });
+    auth = await services.credentials.authenticateBearer(match[1]!);
+  } else if (info.cookies[SESSION_COOKIE]) {
+    auth = await services.credentials.authenticateBrowser(info.cookies[SESSION_COOKIE]!);
+  } else {
+    throw new KisteError('A01');
+  }
+  if (!meta.credentials.includes(auth.kind)) {
+    throw new KisteError(meta.credentialRefusal, {
+      message: `A ${credentialName(auth.kind)} cannot be used for ${meta.method} ${meta.path}`,
+    });
+  }
+  return auth;
+}
+
+function credentialName(kind: AuthContext['kind']): string {
+  return { browser: 'browser session', cli: 'CLI sign-in', api_key: 'API key' }[kind];
+}
+
+function takeBudget(services: Services, meta: OperationMeta, auth: AuthContext | null, info: RequestInfo): void {
+  const key = auth ? `account:${auth.accountId}` : `address:${info.ip}`;
+  const verdicts = [services.budgets.take(`${meta.rateBudget}:${key}`, services.limits.budget(meta.rateBudget))];
+  if (meta.rateBudget !== 'default') verdicts.push(services.budgets.take(`default:${key}`, services.limits.budget('default')));
+  const refused = verdicts.find((verdict) => !verdict.allowed);
+  if (refused) {
+    throw new KisteError('L01', {
+      message: `Per-minute request budget "${meta.rateBudget}" is spent`,
+      retryAfterSeconds: refused.retryAfterSeconds,
+    });
+  }
+}
+
+function checkCsrf(services: Services, auth: AuthContext, req: Request, body: unknown): void {
+  const header = req.headers['x-csrf-token'];
+  const fromBody = body && typeof body === 'object' && 'csrf' in body ? (body as { csrf: unknown }).csrf : undefined;
+  const offered = typeof header === 'string' ? header : typeof fromBody === 'string' ? fromBody : undefined;
+  if (!offered || !services.credentials.csrfMatches(auth.credentialId, offered)) {
+    throw new KisteError('A03', { param: 'x-csrf-token' });
+  }
+}
+
+function sendResult(res: Response, result: AnyHandlerResult, secure: boolean): void {
+  if (result.cookies?.length) setCookies(res, result.cookies, secure);
+  for (const [name, value] of Object.entries(result.headers ?? {})) if (value !== undefined) res.setHeader(name, value);
+  res.status(result.status);
+  if (result.body === undefined || result.status === 204) {
+    res.end();
+  } else if (typeof result.body === 'string') {
+    if (!res.getHeader('content-type')) res.setHeader('content-type', 'text/plain; charset=utf-8');
+    res.end(result.body);
+  } else {
+    res.setHeader('content-type', 'application/json; charset=utf-8');
+    res.end(JSON.stringify(result.body));
+  }
+}

@@ -1,0 +1,95 @@
+// Starts kiste: configuration, database (migrated), first account, HTTP(S) listener, background
+// jobs; on SIGTERM/SIGINT stops accepting, finishes what is running and closes the database.
+import { readFileSync } from 'node:fs';
+import { createServer as createHttpServer, Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import pino, { Logger } from 'pino';
+import { serviceJobs } from './background';
+import { Config, ConfigError, loadConfig } from './config';
+import { openDatabase } from './db/database';
+import { createApp } from './http/app';
+import { createServices, Services } from './services';
+
+export interface RunningService {
+  server: Server;
+  services: Services;
+  url: string;
+  stop(): Promise<void>;
+}
+
+export async function startService(config: Config, logger: Logger): Promise<RunningService> {
+  const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+  const services = createServices(config, database);
+  const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
+  if (admin) logger.info({ email: admin.email }, 'created the first account from KISTE_ADMIN_EMAIL');
+  const app = await createApp(services, logger);
+  const server = config.tls
+    ? createHttpsServer({ cert: readFileSync(config.tls.certFile), key: readFileSync(config.tls.keyFile) }, app)
+    : createHttpServer(app);
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.listenPort, config.listenHost, () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : config.listenPort;
+  const url = `${config.tls ? 'https' : 'http'}://${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${port}`;
+  const jobs = serviceJobs(services, logger);
+  jobs.start();
+  return {
+    server,
+    services,
+    url,
+    async stop() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      });
+      await jobs.stop();
+      await database.close();
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`kiste: ${error.message}`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const logger = pino({ level: config.logLevel });
+  const running = await startService(config, logger);
+  logger.info({ url: running.url, dataDir: config.dataDir, database: running.services.database.provider }, 'kiste is listening');
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    const force = setTimeout(() => {
+      logger.error('shutdown took longer than 20 s; exiting');
+      process.exit(1);
+    }, 20_000);
+    force.unref();
+    running.stop().then(
+      () => process.exit(0),
+      (error) => {
+        logger.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+if (require.main === module) {
+  main().catch((error) => {
+    console.error('kiste failed to start:', error instanceof Error ? error.message : error);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,54 @@
+import type { Account, Db, Tx } from './prisma';
+
+export class AccountStore {
+  constructor(private readonly db: Db) {}
+
+  count(): Promise<number> {
+    return this.db.account.count();
+  }
+
+  findById(id: string): Promise<Account | null> {
+    return this.db.account.findUnique({ where: { id } });
+  }
+
+  findByEmail(email: string): Promise<Account | null> {
+    return this.db.account.findUnique({ where: { email } });
+  }
+
+  create(tx: Tx, data: { id: string; email: string; name: string | null; passwordHash: string }): Promise<Account> {
+    return tx.account.create({ data });
+  }
+
+  /** Counts a failure from an unknown browser; locks when `threshold` is reached inside `windowMs`. */
+  async recordUnknownBrowserFailure(id: string, now: Date, windowMs: number, threshold: number): Promise<Account> {
+    return this.db.$transaction(async (tx) => {
+      const account = await tx.account.findUniqueOrThrow({ where: { id } });
+      const windowOpen = account.failedSignInsSince && now.getTime() - account.failedSignInsSince.getTime() < windowMs;
+      const failures = windowOpen ? account.failedSignIns + 1 : 1;
+      return tx.account.update({
+        where: { id },
+        data: {
+          failedSignIns: failures,
+          failedSignInsSince: windowOpen ? account.failedSignInsSince : now,
+          signInLockedAt: account.signInLockedAt ?? (failures >= threshold ? now : null),
+        },
+      });
+    });
+  }
+
+  clearFailures(id: string): Promise<Account> {
+    return this.db.account.update({ where: { id }, data: { failedSignIns: 0, failedSignInsSince: null } });
+  }
+
+  unlock(tx: Tx, id: string): Promise<Account> {
+    return tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
+  }
+
+  markDeletionRequested(tx: Tx, id: string, now: Date): Promise<Account> {
+    return tx.account.update({ where: { id }, data: { deletionRequestedAt: now } });
+  }
+
+  delete(tx: Tx, id: string): Promise<unknown> {
+    return tx.account.deleteMany({ where: { id } });
+  }
+}

@@ -1,0 +1,50 @@
+import type { ApiToken, Db, Tx } from './prisma';
+
+export interface NewApiToken {
+  id: string;
+  accountId: string;
+  label: string;
+  tokenHash: string;
+  tokenHint: string;
+  expiresAt: Date;
+}
+
+export class ApiTokenStore {
+  constructor(private readonly db: Db) {}
+
+  countActive(accountId: string, now: Date, tx: Tx | Db = this.db): Promise<number> {
+    return tx.apiToken.count({ where: { accountId, revokedAt: null, expiresAt: { gt: now } } });
+  }
+
+  create(tx: Tx, token: NewApiToken): Promise<ApiToken> {
+    return tx.apiToken.create({ data: token });
+  }
+
+  /** Every key of the account, revoked and expired ones included, newest first. */
+  list(accountId: string): Promise<ApiToken[]> {
+    return this.db.apiToken.findMany({ where: { accountId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
+  }
+
+  find(accountId: string, id: string): Promise<ApiToken | null> {
+    return this.db.apiToken.findFirst({ where: { accountId, id } });
+  }
+
+  /** The key, when it is live and its account is not being deleted. */
+  findActiveByHash(tokenHash: string, now: Date): Promise<ApiToken | null> {
+    return this.db.apiToken.findFirst({
+      where: { tokenHash, revokedAt: null, expiresAt: { gt: now }, account: { deletionRequestedAt: null } },
+    });
+  }
+
+  touch(id: string, now: Date): Promise<unknown> {
+    return this.db.apiToken.updateMany({ where: { id }, data: { lastUsedAt: now } });
+  }
+
+  revoke(tx: Tx, accountId: string, id: string, now: Date): Promise<{ count: number }> {
+    return tx.apiToken.updateMany({ where: { accountId, id, revokedAt: null }, data: { revokedAt: now } });
+  }
+
+  revokeAll(tx: Tx, accountId: string, now: Date): Promise<{ count: number }> {
+    return tx.apiToken.updateMany({ where: { accountId, revokedAt: null }, data: { revokedAt: now } });
+  }
+}

@@ -1,0 +1,13 @@
+import type { Db, ExportLink } from './prisma';
+
+export class ExportLinkStore {
+  constructor(private readonly db: Db) {}
+
+  create(link: { id: string; accountId: string; tokenHash: string; expiresAt: Date }): Promise<ExportLink> {
+    return this.db.exportLink.create({ data: link });
+  }
+
+  findByHash(accountId: string, tokenHash: string): Promise<ExportLink | null> {
+    return this.db.exportLink.findFirst({ where: { accountId, tokenHash } });
+  }
+}

@@ -1,0 +1,30 @@
+import type { Db, OAuthCode, Tx } from './prisma';
+
+export interface NewOAuthCode {
+  id: string;
+  accountId: string;
+  codeHash: string;
+  clientId: string;
+  redirectUri: string;
+  codeChallenge: string;
+  device: string | null;
+  expiresAt: Date;
+}
+
+export class OAuthCodeStore {
+  constructor(private readonly db: Db) {}
+
+  create(code: NewOAuthCode): Promise<OAuthCode> {
+    return this.db.oAuthCode.create({ data: code });
+  }
+
+  findByHash(codeHash: string): Promise<OAuthCode | null> {
+    return this.db.oAuthCode.findUnique({ where: { codeHash } });
+  }
+
+  /** Marks the code used; false when someone else used it first (single use even under races). */
+  async consume(tx: Tx, id: string, now: Date): Promise<boolean> {
+    const { count } = await tx.oAuthCode.updateMany({ where: { id, usedAt: null }, data: { usedAt: now } });
+    return count === 1;
+  }
+}

@@ -1,0 +1,1 @@
+process.env.KISTE_TEST_DB = 'postgres';
