@@ -4,7 +4,13 @@ const base = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
-  transform: { '^.+\\.ts$': ['ts-jest', { isolatedModules: true }] },
+  transform: {
+    '^.+\\.ts$': 'ts-jest',
+    // openapi-backend requires json-schema-ref-parser 16, which ships ESM only; Node loads it
+    // natively (require(esm)), jest's module runtime does not, so jest compiles it to CommonJS.
+    '^.+/@apidevtools/json-schema-ref-parser/.+\\.js$': ['ts-jest', { tsconfig: { allowJs: true, isolatedModules: true } }],
+  },
+  transformIgnorePatterns: ['/node_modules/(?!@apidevtools/json-schema-ref-parser/)'],
 };
 module.exports = {
   testTimeout: 30000,

@@ -86,6 +86,8 @@ export function renderValidators(doc: OpenApiDocument): { params: string; bodies
       bodyExports[name] = name;
     }
   }
+  bodiesAjv.addSchema({ $ref: `${COMPONENTS_ID}#/$defs/ErrorResponse` }, 'ErrorResponse');
+  bodyExports.ErrorResponse = 'ErrorResponse';
   const header = `/* eslint-disable */\n${BANNER}`;
   return {
     params: header + standaloneCode(paramsAjv, paramExports),

@@ -39,3 +39,8 @@ export function validateBody(operationId: string, body: unknown): void {
 export function responseValidator(operationId: string, status: number | 'default'): ValidateFunction | undefined {
   return bodyValidators[`${operationId}__${status}`];
 }
+
+/** The validator of the error envelope every non-2xx answer uses. */
+export function errorEnvelopeValidator(): ValidateFunction {
+  return bodyValidators.ErrorResponse!;
+}
