@@ -57,9 +57,10 @@ function parameterSchema(doc: OpenApiDocument, op: ReturnType<typeof operationsO
   return { type: 'object', properties: groups, required: ['path', 'query'] };
 }
 
+/** The schema of a JSON-like body: JSON, or the form encoding that carries the same fields. */
 function jsonSchemaOf(content: Record<string, any> | undefined): unknown | undefined {
   if (!content) return undefined;
-  const media = content['application/json'] ?? content['application/x-ndjson'] ?? Object.values(content)[0];
+  const media = content['application/json'] ?? content['application/x-www-form-urlencoded'];
   return media?.schema ? portable(media.schema) : undefined;
 }
 

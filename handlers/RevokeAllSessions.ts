@@ -1,4 +1,5 @@
 import type { Handler } from '../src/http/handler';
+import { SESSION_COOKIE } from '../src/http/cookies';
 
 export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) => {
   const revoked = await services.signIn.revokeAll(auth.accountId);
@@ -9,5 +10,7 @@ export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) 
       revoked,
       message: `Ended ${revoked} browser and CLI sign-in(s), including this one where it was one; API keys stay valid.`,
     },
+    // The caller's own browser session ended too: clear its cookie, as logout does.
+    cookies: auth.kind === 'browser' ? [{ name: SESSION_COOKIE, value: '', maxAgeSeconds: 0 }] : undefined,
   };
 };

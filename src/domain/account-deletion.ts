@@ -42,7 +42,7 @@ export class AccountDeletions {
     const now = this.clock.now();
     return this.db.$transaction(async (tx) => {
       await appendEvent(tx, accountId, { type: 'account.deletion_requested', resourceType: 'account', resourceId: accountId, data: {} });
-      await this.stores.accounts.markDeletionRequested(tx, accountId, now);
+      if (!(await this.stores.accounts.markDeletionRequested(tx, accountId, now))) throw new KisteError('A32');
       await this.stores.sessions.revokeAll(tx, accountId, now);
       await this.stores.apiTokens.revokeAll(tx, accountId, now);
       return this.stores.deletions.create(tx, { id: newId(), accountId, email: account.email, now });

@@ -32,13 +32,19 @@ export class DeviceKeys {
     if ((await this.store.count(accountId)) >= this.limits.deviceKeys) {
       throw new KisteError('L09', { message: `An account can have at most ${this.limits.deviceKeys} device keys` });
     }
-    return this.db.$transaction(async (tx) => {
-      const created = await this.store.create(tx, { id: newId(), accountId, name, publicKey: parsed.line, fingerprint: parsed.fingerprint });
-      await appendEvent(tx, accountId, {
-        type: 'device_key.added', resourceType: 'device_key', resourceId: created.id, data: { name, fingerprint: parsed.fingerprint },
+    try {
+      return await this.db.$transaction(async (tx) => {
+        const created = await this.store.create(tx, { id: newId(), accountId, name, publicKey: parsed.line, fingerprint: parsed.fingerprint });
+        await appendEvent(tx, accountId, {
+          type: 'device_key.added', resourceType: 'device_key', resourceId: created.id, data: { name, fingerprint: parsed.fingerprint },
+        });
+        return created;
       });
-      return created;
-    });
+    } catch (error) {
+      // A concurrent add of the same key won the race: the unique (accountId, fingerprint) index says so.
+      if ((error as { code?: unknown }).code === 'P2002') throw new KisteError('A14', { param: 'public_key' });
+      throw error;
+    }
   }
 
   async delete(accountId: string, id: string): Promise<void> {

@@ -101,7 +101,12 @@ export class OAuth {
     const now = this.clock.now();
     const grant = await this.codes.findByHash(sha256Hex(request.code));
     const invalidGrant = (message: string, param: string) => new KisteError('A21', { message, param });
-    if (!grant || grant.usedAt || grant.expiresAt <= now) throw invalidGrant('The authorization code is unknown, used or expired', 'code');
+    if (grant?.usedAt) {
+      // A code presented twice may have been stolen: the sign-in it was exchanged for ends too (RFC 6749 §4.1.2).
+      if (grant.sessionId) await this.signIn.revoke(grant.accountId, grant.sessionId).catch(() => undefined);
+      throw invalidGrant('The authorization code is unknown, used or expired', 'code');
+    }
+    if (!grant || grant.expiresAt <= now) throw invalidGrant('The authorization code is unknown, used or expired', 'code');
     if (grant.clientId !== request.client_id) throw invalidGrant('client_id does not match the authorization', 'client_id');
     if (grant.redirectUri !== request.redirect_uri) throw invalidGrant('redirect_uri does not match the authorization', 'redirect_uri');
     if (!PKCE_VERIFIER.test(request.code_verifier) || sha256Base64Url(request.code_verifier) !== grant.codeChallenge) {
@@ -110,6 +115,7 @@ export class OAuth {
     const consumed = await this.db.$transaction((tx) => this.codes.consume(tx, grant.id, now));
     if (!consumed) throw invalidGrant('The authorization code is unknown, used or expired', 'code');
     const { session, token } = await this.signIn.startSession(grant.accountId, 'cli', client, grant.device);
+    await this.codes.recordSession(grant.id, session.id);
     return { token, sessionId: session.id, expiresInSeconds: Math.floor((session.expiresAt.getTime() - now.getTime()) / 1000) };
   }
 }

@@ -76,6 +76,7 @@ export class SignIn {
         accountId,
         kind,
         tokenHash: sha256Hex(token),
+        createdAt: now,
         expiresAt: new Date(now.getTime() + (kind === 'browser' ? BROWSER_SESSION_MS : CLI_SESSION_MS)),
         userAgent: client.userAgent,
         ip: client.ip,

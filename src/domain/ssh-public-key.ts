@@ -46,8 +46,10 @@ function bitLength(mpint: Buffer): number {
 }
 
 export function parsePublicKey(input: string): ParsedPublicKey {
-  const parts = input.trim().split(/\s+/);
-  if (parts.length < 2 || input.includes('\n')) throw new PublicKeyError('expected one line "<type> <base64> [comment]"');
+  // The contents of a .pub file end in a newline: only a line break inside the key is refused.
+  const trimmed = input.trim();
+  const parts = trimmed.split(/\s+/);
+  if (parts.length < 2 || /[\r\n]/.test(trimmed)) throw new PublicKeyError('expected one line "<type> <base64> [comment]"');
   const [algorithm, encoded, ...comment] = parts as [string, string, ...string[]];
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(encoded)) throw new PublicKeyError('key data is not base64');
   const blob = Buffer.from(encoded, 'base64');

@@ -57,6 +57,8 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
     }),
   );
   app.use(async (req: Request, res: Response) => {
+    // The router decodes path parameters with decodeURIComponent; broken %-escapes are the client's error.
+    if (!isDecodable(req.path)) throw new KisteError('P01', { message: 'The request path has a malformed %-escape' });
     await api.handleRequest({ method: req.method, path: req.path, query: req.query as any, headers: req.headers as any }, req, res);
   });
   app.use((error: unknown, req: Request, res: Response, _next: NextFunction) => {
@@ -85,6 +87,15 @@ export function sendError(services: Services, error: unknown, req: Request, res:
   for (const [name, value] of Object.entries(known.details.headers ?? {})) res.setHeader(name, value);
   res.status(known.status).setHeader('content-type', 'application/json; charset=utf-8');
   res.end(JSON.stringify(errorEnvelope(known, requestId, services.config.baseUrl)));
+}
+
+function isDecodable(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function isBodyParserError(error: unknown): boolean {

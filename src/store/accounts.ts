@@ -44,8 +44,10 @@ export class AccountStore {
     return tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
   }
 
-  markDeletionRequested(tx: Tx, id: string, now: Date): Promise<Account> {
-    return tx.account.update({ where: { id }, data: { deletionRequestedAt: now } });
+  /** Marks the account; false when a deletion was already requested (a concurrent request won). */
+  async markDeletionRequested(tx: Tx, id: string, now: Date): Promise<boolean> {
+    const { count } = await tx.account.updateMany({ where: { id, deletionRequestedAt: null }, data: { deletionRequestedAt: now } });
+    return count === 1;
   }
 
   delete(tx: Tx, id: string): Promise<unknown> {

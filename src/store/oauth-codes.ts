@@ -22,6 +22,10 @@ export class OAuthCodeStore {
     return this.db.oAuthCode.findUnique({ where: { codeHash } });
   }
 
+  recordSession(id: string, sessionId: string): Promise<unknown> {
+    return this.db.oAuthCode.update({ where: { id }, data: { sessionId } });
+  }
+
   /** Marks the code used; false when someone else used it first (single use even under races). */
   async consume(tx: Tx, id: string, now: Date): Promise<boolean> {
     const { count } = await tx.oAuthCode.updateMany({ where: { id, usedAt: null }, data: { usedAt: now } });

@@ -8,6 +8,8 @@ export interface NewSession {
   accountId: string;
   kind: SessionKind;
   tokenHash: string;
+  /** From the service clock, like expiresAt (not the database default). */
+  createdAt: Date;
   expiresAt: Date;
   userAgent: string | null;
   ip: string | null;
@@ -44,8 +46,9 @@ export class SessionStore {
     return this.db.session.findFirst({ where: { accountId, id, revokedAt: null, expiresAt: { gt: now } } });
   }
 
+  /** Ends a live sign-in; an expired one counts as gone already. */
   revoke(tx: Tx, accountId: string, id: string, now: Date): Promise<{ count: number }> {
-    return tx.session.updateMany({ where: { accountId, id, revokedAt: null }, data: { revokedAt: now } });
+    return tx.session.updateMany({ where: { accountId, id, revokedAt: null, expiresAt: { gt: now } }, data: { revokedAt: now } });
   }
 
   revokeAll(tx: Tx, accountId: string, now: Date): Promise<{ count: number }> {

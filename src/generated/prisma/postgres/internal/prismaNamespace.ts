@@ -1275,7 +1275,8 @@ export const OAuthCodeScalarFieldEnum = {
   device: 'device',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
-  usedAt: 'usedAt'
+  usedAt: 'usedAt',
+  sessionId: 'sessionId'
 } as const
 
 export type OAuthCodeScalarFieldEnum = (typeof OAuthCodeScalarFieldEnum)[keyof typeof OAuthCodeScalarFieldEnum]

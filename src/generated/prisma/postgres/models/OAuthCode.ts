@@ -35,6 +35,7 @@ export type OAuthCodeMinAggregateOutputType = {
   createdAt: Date | null
   expiresAt: Date | null
   usedAt: Date | null
+  sessionId: string | null
 }
 
 export type OAuthCodeMaxAggregateOutputType = {
@@ -48,6 +49,7 @@ export type OAuthCodeMaxAggregateOutputType = {
   createdAt: Date | null
   expiresAt: Date | null
   usedAt: Date | null
+  sessionId: string | null
 }
 
 export type OAuthCodeCountAggregateOutputType = {
@@ -61,6 +63,7 @@ export type OAuthCodeCountAggregateOutputType = {
   createdAt: number
   expiresAt: number
   usedAt: number
+  sessionId: number
   _all: number
 }
 
@@ -76,6 +79,7 @@ export type OAuthCodeMinAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   usedAt?: true
+  sessionId?: true
 }
 
 export type OAuthCodeMaxAggregateInputType = {
@@ -89,6 +93,7 @@ export type OAuthCodeMaxAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   usedAt?: true
+  sessionId?: true
 }
 
 export type OAuthCodeCountAggregateInputType = {
@@ -102,6 +107,7 @@ export type OAuthCodeCountAggregateInputType = {
   createdAt?: true
   expiresAt?: true
   usedAt?: true
+  sessionId?: true
   _all?: true
 }
 
@@ -188,6 +194,7 @@ export type OAuthCodeGroupByOutputType = {
   createdAt: Date
   expiresAt: Date
   usedAt: Date | null
+  sessionId: string | null
   _count: OAuthCodeCountAggregateOutputType | null
   _min: OAuthCodeMinAggregateOutputType | null
   _max: OAuthCodeMaxAggregateOutputType | null
@@ -222,6 +229,7 @@ export type OAuthCodeWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   usedAt?: Prisma.DateTimeNullableFilter<"OAuthCode"> | Date | string | null
+  sessionId?: Prisma.StringNullableFilter<"OAuthCode"> | string | null
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
 }
 
@@ -236,6 +244,7 @@ export type OAuthCodeOrderByWithRelationInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   usedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionId?: Prisma.SortOrderInput | Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
 }
 
@@ -253,6 +262,7 @@ export type OAuthCodeWhereUniqueInput = Prisma.AtLeast<{
   createdAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   usedAt?: Prisma.DateTimeNullableFilter<"OAuthCode"> | Date | string | null
+  sessionId?: Prisma.StringNullableFilter<"OAuthCode"> | string | null
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
 }, "id" | "codeHash">
 
@@ -267,6 +277,7 @@ export type OAuthCodeOrderByWithAggregationInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   usedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  sessionId?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.OAuthCodeCountOrderByAggregateInput
   _max?: Prisma.OAuthCodeMaxOrderByAggregateInput
   _min?: Prisma.OAuthCodeMinOrderByAggregateInput
@@ -286,6 +297,7 @@ export type OAuthCodeScalarWhereWithAggregatesInput = {
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"OAuthCode"> | Date | string
   expiresAt?: Prisma.DateTimeWithAggregatesFilter<"OAuthCode"> | Date | string
   usedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"OAuthCode"> | Date | string | null
+  sessionId?: Prisma.StringNullableWithAggregatesFilter<"OAuthCode"> | string | null
 }
 
 export type OAuthCodeCreateInput = {
@@ -298,6 +310,7 @@ export type OAuthCodeCreateInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
   account: Prisma.AccountCreateNestedOneWithoutOauthCodesInput
 }
 
@@ -312,6 +325,7 @@ export type OAuthCodeUncheckedCreateInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
 }
 
 export type OAuthCodeUpdateInput = {
@@ -324,6 +338,7 @@ export type OAuthCodeUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   account?: Prisma.AccountUpdateOneRequiredWithoutOauthCodesNestedInput
 }
 
@@ -338,6 +353,7 @@ export type OAuthCodeUncheckedUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type OAuthCodeCreateManyInput = {
@@ -351,6 +367,7 @@ export type OAuthCodeCreateManyInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
 }
 
 export type OAuthCodeUpdateManyMutationInput = {
@@ -363,6 +380,7 @@ export type OAuthCodeUpdateManyMutationInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type OAuthCodeUncheckedUpdateManyInput = {
@@ -376,6 +394,7 @@ export type OAuthCodeUncheckedUpdateManyInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type OAuthCodeListRelationFilter = {
@@ -399,6 +418,7 @@ export type OAuthCodeCountOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   usedAt?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
 }
 
 export type OAuthCodeMaxOrderByAggregateInput = {
@@ -412,6 +432,7 @@ export type OAuthCodeMaxOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   usedAt?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
 }
 
 export type OAuthCodeMinOrderByAggregateInput = {
@@ -425,6 +446,7 @@ export type OAuthCodeMinOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   usedAt?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
 }
 
 export type OAuthCodeCreateNestedManyWithoutAccountInput = {
@@ -479,6 +501,7 @@ export type OAuthCodeCreateWithoutAccountInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
 }
 
 export type OAuthCodeUncheckedCreateWithoutAccountInput = {
@@ -491,6 +514,7 @@ export type OAuthCodeUncheckedCreateWithoutAccountInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
 }
 
 export type OAuthCodeCreateOrConnectWithoutAccountInput = {
@@ -533,6 +557,7 @@ export type OAuthCodeScalarWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"OAuthCode"> | Date | string
   usedAt?: Prisma.DateTimeNullableFilter<"OAuthCode"> | Date | string | null
+  sessionId?: Prisma.StringNullableFilter<"OAuthCode"> | string | null
 }
 
 export type OAuthCodeCreateManyAccountInput = {
@@ -545,6 +570,7 @@ export type OAuthCodeCreateManyAccountInput = {
   createdAt?: Date | string
   expiresAt: Date | string
   usedAt?: Date | string | null
+  sessionId?: string | null
 }
 
 export type OAuthCodeUpdateWithoutAccountInput = {
@@ -557,6 +583,7 @@ export type OAuthCodeUpdateWithoutAccountInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type OAuthCodeUncheckedUpdateWithoutAccountInput = {
@@ -569,6 +596,7 @@ export type OAuthCodeUncheckedUpdateWithoutAccountInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type OAuthCodeUncheckedUpdateManyWithoutAccountInput = {
@@ -581,6 +609,7 @@ export type OAuthCodeUncheckedUpdateManyWithoutAccountInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   usedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 
@@ -596,6 +625,7 @@ export type OAuthCodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArg
   createdAt?: boolean
   expiresAt?: boolean
   usedAt?: boolean
+  sessionId?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["oAuthCode"]>
 
@@ -610,6 +640,7 @@ export type OAuthCodeSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ext
   createdAt?: boolean
   expiresAt?: boolean
   usedAt?: boolean
+  sessionId?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["oAuthCode"]>
 
@@ -624,6 +655,7 @@ export type OAuthCodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ext
   createdAt?: boolean
   expiresAt?: boolean
   usedAt?: boolean
+  sessionId?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["oAuthCode"]>
 
@@ -638,9 +670,10 @@ export type OAuthCodeSelectScalar = {
   createdAt?: boolean
   expiresAt?: boolean
   usedAt?: boolean
+  sessionId?: boolean
 }
 
-export type OAuthCodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "codeHash" | "clientId" | "redirectUri" | "codeChallenge" | "device" | "createdAt" | "expiresAt" | "usedAt", ExtArgs["result"]["oAuthCode"]>
+export type OAuthCodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "codeHash" | "clientId" | "redirectUri" | "codeChallenge" | "device" | "createdAt" | "expiresAt" | "usedAt" | "sessionId", ExtArgs["result"]["oAuthCode"]>
 export type OAuthCodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
 }
@@ -667,6 +700,10 @@ export type $OAuthCodePayload<ExtArgs extends runtime.Types.Extensions.InternalA
     createdAt: Date
     expiresAt: Date
     usedAt: Date | null
+    /**
+     * The CLI sign-in the code was exchanged for: revoked if the code is ever presented again.
+     */
+    sessionId: string | null
   }, ExtArgs["result"]["oAuthCode"]>
   composites: {}
 }
@@ -1101,6 +1138,7 @@ export interface OAuthCodeFieldRefs {
   readonly createdAt: Prisma.FieldRef<"OAuthCode", 'DateTime'>
   readonly expiresAt: Prisma.FieldRef<"OAuthCode", 'DateTime'>
   readonly usedAt: Prisma.FieldRef<"OAuthCode", 'DateTime'>
+  readonly sessionId: Prisma.FieldRef<"OAuthCode", 'String'>
 }
     
 

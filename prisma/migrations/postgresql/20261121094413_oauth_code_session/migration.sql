@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "OAuthCode" ADD COLUMN     "sessionId" TEXT;
