@@ -83,8 +83,9 @@ export class Accounts {
 
   async createExportLink(accountId: string): Promise<{ token: string; expiresAt: Date }> {
     const token = newToken(TOKEN_PREFIX.exportToken);
-    const expiresAt = new Date(this.clock.now().getTime() + EXPORT_LINK_MS);
-    await this.stores.exportLinks.create({ id: newId(), accountId, tokenHash: sha256Hex(token), expiresAt });
+    const createdAt = this.clock.now();
+    const expiresAt = new Date(createdAt.getTime() + EXPORT_LINK_MS);
+    await this.stores.exportLinks.create({ id: newId(), accountId, tokenHash: sha256Hex(token), createdAt, expiresAt });
     return { token, expiresAt };
   }
 

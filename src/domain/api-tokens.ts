@@ -1,6 +1,7 @@
 // API keys for scripts: prefix + random secret, returned once, stored as a hash, at most
 // `limits.apiTokens` live at a time, lifetime fixed at creation.
 import { KisteError } from '../errors';
+import type { AccountStore } from '../store/accounts';
 import type { ApiTokenStore } from '../store/api-tokens';
 import { appendEvent } from '../store/events';
 import type { ApiToken, Db } from '../store/prisma';
@@ -12,6 +13,7 @@ export class ApiTokens {
   constructor(
     private readonly db: Db,
     private readonly store: ApiTokenStore,
+    private readonly accounts: AccountStore,
     private readonly limits: Limits,
     private readonly clock: Clock,
   ) {}
@@ -20,8 +22,7 @@ export class ApiTokens {
     const now = this.clock.now();
     const token = newToken(TOKEN_PREFIX.apiKey);
     const record = await this.db.$transaction(async (tx) => {
-      // Lock the account row first so two concurrent creates cannot both pass the limit.
-      await tx.account.update({ where: { id: accountId }, data: { updatedAt: now } });
+      await this.accounts.lockForUpdate(tx, accountId); // two concurrent creates cannot both pass the limit
       if ((await this.store.countActive(accountId, now, tx)) >= this.limits.apiTokens) {
         throw new KisteError('L05', { message: `An account can have at most ${this.limits.apiTokens} active API keys` });
       }
@@ -31,6 +32,7 @@ export class ApiTokens {
         label,
         tokenHash: sha256Hex(token),
         tokenHint: tokenHint(token, TOKEN_PREFIX.apiKey),
+        createdAt: now,
         expiresAt: new Date(now.getTime() + lifetimeSeconds * 1000),
       });
       await appendEvent(tx, accountId, { type: 'api_token.created', resourceType: 'api_token', resourceId: created.id, data: { label } });

@@ -1,8 +1,10 @@
 // SSH public keys that every instance of the account accepts.
 import { KisteError } from '../errors';
+import type { AccountStore } from '../store/accounts';
 import type { DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
 import type { Db, DeviceKey } from '../store/prisma';
+import type { Clock } from './clock';
 import type { Limits } from './limits';
 import { newId } from './secrets';
 import { parsePublicKey, PublicKeyError } from './ssh-public-key';
@@ -11,7 +13,9 @@ export class DeviceKeys {
   constructor(
     private readonly db: Db,
     private readonly store: DeviceKeyStore,
+    private readonly accounts: AccountStore,
     private readonly limits: Limits,
+    private readonly clock: Clock,
   ) {}
 
   list(accountId: string): Promise<DeviceKey[]> {
@@ -29,12 +33,13 @@ export class DeviceKeys {
     if (await this.store.findByFingerprint(accountId, parsed.fingerprint)) {
       throw new KisteError('A14', { param: 'public_key' });
     }
-    if ((await this.store.count(accountId)) >= this.limits.deviceKeys) {
-      throw new KisteError('L09', { message: `An account can have at most ${this.limits.deviceKeys} device keys` });
-    }
     try {
       return await this.db.$transaction(async (tx) => {
-        const created = await this.store.create(tx, { id: newId(), accountId, name, publicKey: parsed.line, fingerprint: parsed.fingerprint });
+        await this.accounts.lockForUpdate(tx, accountId); // two concurrent adds cannot both pass the limit
+        if ((await this.store.count(accountId, tx)) >= this.limits.deviceKeys) {
+          throw new KisteError('L09', { message: `An account can have at most ${this.limits.deviceKeys} device keys` });
+        }
+        const created = await this.store.create(tx, { id: newId(), accountId, name, publicKey: parsed.line, fingerprint: parsed.fingerprint, createdAt: this.clock.now() });
         await appendEvent(tx, accountId, {
           type: 'device_key.added', resourceType: 'device_key', resourceId: created.id, data: { name, fingerprint: parsed.fingerprint },
         });

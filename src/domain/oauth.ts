@@ -92,6 +92,7 @@ export class OAuth {
       redirectUri: valid.redirectUri,
       codeChallenge: valid.codeChallenge,
       device: valid.device,
+      createdAt: this.clock.now(),
       expiresAt: new Date(this.clock.now().getTime() + CODE_LIFETIME_MS),
     });
     return withQuery(valid.redirectUri, { code, state: valid.state });

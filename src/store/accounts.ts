@@ -40,6 +40,14 @@ export class AccountStore {
     return this.db.account.update({ where: { id }, data: { failedSignIns: 0, failedSignInsSince: null } });
   }
 
+  /**
+   * Serialises per-account limit checks: on PostgreSQL the update takes the account row's lock until
+   * the transaction ends; SQLite has one writer at a time anyway.
+   */
+  async lockForUpdate(tx: Tx, id: string): Promise<void> {
+    await tx.account.update({ where: { id }, data: { updatedAt: new Date() } });
+  }
+
   unlock(tx: Tx, id: string): Promise<Account> {
     return tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
   }

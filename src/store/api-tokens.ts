@@ -6,6 +6,7 @@ export interface NewApiToken {
   label: string;
   tokenHash: string;
   tokenHint: string;
+  createdAt: Date;
   expiresAt: Date;
 }
 

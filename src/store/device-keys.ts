@@ -6,6 +6,7 @@ export interface NewDeviceKey {
   name: string;
   publicKey: string;
   fingerprint: string;
+  createdAt: Date;
 }
 
 export class DeviceKeyStore {
@@ -15,8 +16,8 @@ export class DeviceKeyStore {
     return this.db.deviceKey.findMany({ where: { accountId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
   }
 
-  count(accountId: string): Promise<number> {
-    return this.db.deviceKey.count({ where: { accountId } });
+  count(accountId: string, tx: Tx | Db = this.db): Promise<number> {
+    return tx.deviceKey.count({ where: { accountId } });
   }
 
   findByFingerprint(accountId: string, fingerprint: string): Promise<DeviceKey | null> {

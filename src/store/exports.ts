@@ -3,7 +3,7 @@ import type { Db, ExportLink } from './prisma';
 export class ExportLinkStore {
   constructor(private readonly db: Db) {}
 
-  create(link: { id: string; accountId: string; tokenHash: string; expiresAt: Date }): Promise<ExportLink> {
+  create(link: { id: string; accountId: string; tokenHash: string; createdAt: Date; expiresAt: Date }): Promise<ExportLink> {
     return this.db.exportLink.create({ data: link });
   }
 

@@ -8,6 +8,7 @@ export interface NewOAuthCode {
   redirectUri: string;
   codeChallenge: string;
   device: string | null;
+  createdAt: Date;
   expiresAt: Date;
 }
 
