@@ -1,7 +1,7 @@
 import type { Handler } from '../src/http/handler';
 import { presentUser } from './present';
 
-export const handler: Handler<'GetMe'> = async ({ auth, services }) => ({
+export const handler: Handler<'GetMe'> = async ({ auth }) => ({
   status: 200,
-  body: presentUser(await services.accounts.get(auth.accountId)),
+  body: presentUser(auth.account),
 });

@@ -72,14 +72,15 @@ export function createServices(config: Config, database: Database, options: Serv
     exportLinks: new ExportLinkStore(db),
     deletions: new AccountDeletionStore(db),
   };
-  const signIn = new SignIn(db, stores, limits, clock);
+  const credentials = new Credentials(stores, installationSecret(config), clock);
+  const signIn = new SignIn(db, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
   return {
     config,
     database,
     clock,
     limits,
     budgets: new MinuteBudgets(() => clock.now().getTime()),
-    credentials: new Credentials(stores, installationSecret(config), clock),
+    credentials,
     signIn,
     accounts: new Accounts(db, stores, clock),
     apiTokens: new ApiTokens(db, stores.apiTokens, stores.accounts, limits, clock),

@@ -4,35 +4,37 @@
 import { KisteError } from '../errors';
 import type { ApiTokenStore } from '../store/api-tokens';
 import type { SessionStore } from '../store/sessions';
-import type { AuthContext } from './auth-context';
+import type { AuthContext, CredentialKind } from './auth-context';
 import type { Clock } from './clock';
+import { CredentialCache } from './credential-cache';
 import { hmacBase64Url, safeEqual, sha256Hex, TOKEN_PREFIX } from './secrets';
 
 /** last_used_at is written at most this often per credential, to keep reads cheap. */
 const TOUCH_INTERVAL_MS = 5_000;
 
 export class Credentials {
+  private readonly cache = new CredentialCache();
+
   constructor(
     private readonly stores: { apiTokens: ApiTokenStore; sessions: SessionStore },
     private readonly secretKey: Buffer,
     private readonly clock: Clock,
   ) {}
 
-  async authenticateBearer(token: string): Promise<AuthContext> {
-    const now = this.clock.now();
-    if (token.startsWith(TOKEN_PREFIX.apiKey)) {
-      const key = await this.stores.apiTokens.findActiveByHash(sha256Hex(token), now);
-      if (!key) throw invalid();
-      if (!key.lastUsedAt || now.getTime() - key.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) await this.stores.apiTokens.touch(key.id, now);
-      return { accountId: key.accountId, kind: 'api_key', credentialId: key.id };
-    }
-    if (token.startsWith(TOKEN_PREFIX.cliToken)) return this.sessionAuth(token, 'cli', now);
-    throw invalid();
+  authenticateBearer(token: string): Promise<AuthContext> {
+    if (token.startsWith(TOKEN_PREFIX.apiKey)) return this.authenticate(token, 'api_key');
+    if (token.startsWith(TOKEN_PREFIX.cliToken)) return this.authenticate(token, 'cli');
+    return Promise.reject(invalid());
   }
 
   authenticateBrowser(cookieValue: string): Promise<AuthContext> {
     if (!cookieValue.startsWith(TOKEN_PREFIX.browserSession)) return Promise.reject(invalid());
-    return this.sessionAuth(cookieValue, 'browser', this.clock.now());
+    return this.authenticate(cookieValue, 'browser');
+  }
+
+  /** Drops cached credentials of the account: call after anything that ends or changes them. */
+  forgetAccount(accountId: string): void {
+    this.cache.forgetAccount(accountId);
   }
 
   csrfFor(sessionId: string): string {
@@ -43,11 +45,25 @@ export class Credentials {
     return safeEqual(this.csrfFor(sessionId), offered);
   }
 
-  private async sessionAuth(token: string, kind: 'browser' | 'cli', now: Date): Promise<AuthContext> {
-    const session = await this.stores.sessions.findActiveByHash(sha256Hex(token), kind, now);
-    if (!session) throw invalid();
-    if (!session.lastUsedAt || now.getTime() - session.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) await this.stores.sessions.touch(session.id, now);
-    return { accountId: session.accountId, kind, credentialId: session.id };
+  private async authenticate(token: string, kind: CredentialKind): Promise<AuthContext> {
+    const now = this.clock.now();
+    const hash = sha256Hex(token);
+    let entry = this.cache.get(hash, now);
+    if (!entry) {
+      const found = kind === 'api_key'
+        ? await this.stores.apiTokens.findActiveByHash(hash, now)
+        : await this.stores.sessions.findActiveByHash(hash, kind, now);
+      if (!found) throw invalid();
+      const auth = { accountId: found.accountId, kind, credentialId: found.id, account: found.account };
+      this.cache.set(hash, { auth, account: found.account, expiresAt: found.expiresAt, lastUsedAt: found.lastUsedAt }, now);
+      entry = this.cache.get(hash, now)!;
+    }
+    if (!entry.lastUsedAt || now.getTime() - entry.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
+      if (kind === 'api_key') await this.stores.apiTokens.touch(entry.auth.credentialId, now);
+      else await this.stores.sessions.touch(entry.auth.credentialId, now);
+      entry.lastUsedAt = now;
+    }
+    return entry.auth;
   }
 }
 

@@ -32,6 +32,8 @@ export class SignIn {
     private readonly stores: { accounts: AccountStore; sessions: SessionStore },
     private readonly limits: Limits,
     private readonly clock: Clock,
+    /** Drops cached credentials of an account changed outside an authenticated request. */
+    private readonly forgetAccount: (accountId: string) => void,
   ) {}
 
   async passwordSignIn(email: string, password: string, browserToken: string | undefined, client: ClientInfo): Promise<BrowserSignIn> {
@@ -51,6 +53,7 @@ export class SignIn {
         const updated = await this.stores.accounts.recordUnknownBrowserFailure(
           account.id, now, this.limits.signInFailureWindowMs, this.limits.signInFailuresBeforeLock,
         );
+        this.forgetAccount(account.id);
         if (updated.signInLockedAt) throw new KisteError('A06');
       }
       throw new KisteError('A05');
@@ -104,6 +107,7 @@ export class SignIn {
       }
       return count === 1;
     });
+    this.forgetAccount(accountId);
     if (!revoked) throw new KisteError('A11');
   }
 

@@ -3,9 +3,14 @@
 import type { IncomingMessage } from 'node:http';
 import { KisteError } from '../errors';
 
+const EMPTY = Buffer.alloc(0);
+
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit);
+  if (req.headers['transfer-encoding'] === undefined && (req.headers['content-length'] === undefined || declared === 0)) {
+    return EMPTY; // no body: nothing to wait for
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {

@@ -55,14 +55,14 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
   }
 
   const handler = handlers[meta.operationId as keyof typeof handlers] as unknown as (ctx: unknown) => Promise<AnyHandlerResult>;
-  const result = await handler({
-    params: parameters.path,
-    query: parameters.query,
-    body,
-    auth,
-    services,
-    request: info,
-  });
+  let result: AnyHandlerResult;
+  try {
+    result = await handler({ params: parameters.path, query: parameters.query, body, auth, services, request: info });
+  } finally {
+    // A write may end or change credentials of the account (logout, revoke, unlock, deletion…):
+    // the cached ones are read afresh on the next request.
+    if (auth && !SAFE_METHODS.has(meta.method)) services.credentials.forgetAccount(auth.accountId);
+  }
   sendResult(res, result, info.secure);
 }
 

@@ -1,4 +1,4 @@
-import type { ApiToken, Db, Tx } from './prisma';
+import type { Account, ApiToken, Db, Tx } from './prisma';
 
 export interface NewApiToken {
   id: string;
@@ -31,9 +31,10 @@ export class ApiTokenStore {
   }
 
   /** The key, when it is live and its account is not being deleted. */
-  findActiveByHash(tokenHash: string, now: Date): Promise<ApiToken | null> {
+  findActiveByHash(tokenHash: string, now: Date): Promise<(ApiToken & { account: Account }) | null> {
     return this.db.apiToken.findFirst({
       where: { tokenHash, revokedAt: null, expiresAt: { gt: now }, account: { deletionRequestedAt: null } },
+      include: { account: true },
     });
   }
 

@@ -1,5 +1,5 @@
 // Browser and CLI sign-ins, and the browsers known to an account.
-import type { Db, Session, Tx } from './prisma';
+import type { Account, Db, Session, Tx } from './prisma';
 
 export type SessionKind = 'browser' | 'cli';
 
@@ -24,9 +24,10 @@ export class SessionStore {
   }
 
   /** The sign-in, when it is live and its account is not being deleted. */
-  findActiveByHash(tokenHash: string, kind: SessionKind, now: Date): Promise<Session | null> {
+  findActiveByHash(tokenHash: string, kind: SessionKind, now: Date): Promise<(Session & { account: Account }) | null> {
     return this.db.session.findFirst({
       where: { tokenHash, kind, revokedAt: null, expiresAt: { gt: now }, account: { deletionRequestedAt: null } },
+      include: { account: true },
     });
   }
 

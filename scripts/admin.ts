@@ -1,0 +1,266 @@
+// Administration commands, run on the machine that hosts kiste:   npm run admin -- <command> [options]
+//
+// Uses the server's own configuration (KISTE_* variables, see README.md) and domain services, so it
+// works on the embedded SQLite database and on PostgreSQL alike, and it may run while the service
+// runs. Results go to stdout, progress and errors to stderr, so `KEY=$(npm run -s admin -- mint-key
+// --email you@example.com)` captures only the key. Passwords are never taken from the command line
+// (it would land in shell history and in `ps`): KISTE_ADMIN_PASSWORD, else the first line of stdin.
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig, type Config } from '../src/config';
+import { openDatabase, type Database } from '../src/db/database';
+import { MIN_PASSWORD_LENGTH } from '../src/domain/accounts';
+import { KisteError } from '../src/errors';
+import { createServices, type Services } from '../src/services';
+
+const USAGE = `usage: npm run admin -- <command> [options]
+
+commands:
+  create-account --email E [--name N]
+      Creates an account. The password is read from KISTE_ADMIN_PASSWORD or, when that is
+      unset, from the first line of stdin (at least ${MIN_PASSWORD_LENGTH} characters).
+  mint-key --email E [--label L] [--days D]
+      Creates an API key for the account and prints only the key on stdout.
+      --days: lifetime in days, 1 to 365 (default 30). --label: default "admin-cli".
+  list-accounts
+      Lists every account: id, e-mail, name, created, state.
+
+The database is the server's: KISTE_DATABASE_URL, else SQLite in KISTE_DATA_DIR (default ./data).
+Exit status: 0 done, 1 refused (unknown account, address taken, limit reached), 2 bad usage.
+`;
+
+/** Wrong usage or input: exit status 2. */
+class UsageError extends Error {
+  constructor(message: string, readonly showUsage = false) {
+    super(message);
+  }
+}
+/** A refusal the operator can act on: exit status 1, message only. */
+class AdminError extends Error {}
+
+const EMAIL = /^[^\s@]+@[^\s@]+$/;
+const MAX_DAYS = 365;
+const DAY_SECONDS = 24 * 3600;
+
+function say(message: string): void {
+  process.stderr.write(`kiste admin: ${message}\n`);
+}
+
+interface Parsed {
+  command: string;
+  email?: string;
+  name?: string;
+  label?: string;
+  days?: string;
+}
+
+const OPTIONS_OF: Record<string, readonly string[]> = {
+  'create-account': ['email', 'name'],
+  'mint-key': ['email', 'label', 'days'],
+  'list-accounts': [],
+};
+
+function parse(argv: string[]): Parsed | 'help' {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        email: { type: 'string' },
+        name: { type: 'string' },
+        label: { type: 'string' },
+        days: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+  const { values, positionals } = parsed;
+  if (values.help || positionals[0] === 'help') return 'help';
+  if (positionals.length === 0) throw new UsageError('no command given', true);
+  if (positionals.length > 1) throw new UsageError(`unexpected argument '${positionals[1]}'`);
+  const command = positionals[0]!;
+  const allowed = Object.hasOwn(OPTIONS_OF, command) ? OPTIONS_OF[command] : undefined;
+  if (!allowed) throw new UsageError(`unknown command '${command}'`, true);
+  for (const option of Object.keys(values)) {
+    if (!allowed.includes(option)) throw new UsageError(`${command} takes no --${option}`);
+  }
+  return { command, ...values };
+}
+
+function requireEmail(parsed: Parsed): string {
+  if (parsed.email === undefined) throw new UsageError(`${parsed.command} needs --email`);
+  const email = parsed.email.trim().toLowerCase();
+  if (!EMAIL.test(email)) throw new UsageError(`not an e-mail address: '${parsed.email}'`);
+  return email;
+}
+
+function parseDays(value: string | undefined): number {
+  if (value === undefined) return 30;
+  const days = /^\d+$/.test(value) ? Number(value) : NaN;
+  if (!Number.isInteger(days) || days < 1 || days > MAX_DAYS) {
+    throw new UsageError(`--days must be a whole number from 1 to ${MAX_DAYS}, got '${value}'`);
+  }
+  return days;
+}
+
+/** Reads one line from stdin; on a terminal the typed characters are not echoed. */
+async function readPasswordFromStdin(): Promise<string> {
+  const stdin = process.stdin;
+  if (stdin.isTTY) {
+    process.stderr.write('Password for the new account: ');
+    stdin.setRawMode(true);
+  }
+  stdin.setEncoding('utf8');
+  return new Promise<string>((resolve, reject) => {
+    let buffered = '';
+    const finish = (error: Error | null, line?: string) => {
+      stdin.off('data', onData);
+      stdin.off('end', onEnd);
+      stdin.off('error', onError);
+      if (stdin.isTTY) {
+        stdin.setRawMode(false);
+        process.stderr.write('\n');
+      }
+      stdin.pause();
+      if (error) reject(error);
+      else resolve(line!);
+    };
+    const onData = (chunk: string) => {
+      if (stdin.isTTY && chunk.includes('\u0003')) return finish(new AdminError('cancelled'));
+      buffered += chunk;
+      const end = buffered.search(/[\r\n]/);
+      if (end >= 0) finish(null, buffered.slice(0, end));
+    };
+    const onEnd = () => finish(null, buffered);
+    const onError = (error: Error) => finish(error);
+    stdin.on('data', onData);
+    stdin.on('end', onEnd);
+    stdin.on('error', onError);
+    stdin.resume();
+  });
+}
+
+async function withServices<T>(config: Config, work: (services: Services) => Promise<T>): Promise<T> {
+  const where = config.databaseUrl ? redactUrl(config.databaseUrl) : `SQLite in ${config.dataDir}`;
+  say(`opening the database (${where})`);
+  const database: Database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+  try {
+    return await work(createServices(config, database));
+  } finally {
+    await database.close();
+  }
+}
+
+/** The database URL without its password, for progress messages. */
+function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return url.split(':')[0] + ':…';
+  }
+}
+
+async function createAccount(config: Config, parsed: Parsed): Promise<void> {
+  const email = requireEmail(parsed);
+  const name = parsed.name?.trim() || null;
+  let password = process.env.KISTE_ADMIN_PASSWORD;
+  if (password) {
+    say('password taken from KISTE_ADMIN_PASSWORD');
+  } else {
+    if (!process.stdin.isTTY) say('reading the password from the first line of stdin');
+    password = await readPasswordFromStdin();
+  }
+  if (password.length < MIN_PASSWORD_LENGTH) {
+    throw new UsageError(`the password must have at least ${MIN_PASSWORD_LENGTH} characters (got ${password.length})`);
+  }
+  await withServices(config, async (services) => {
+    if (await services.accounts.findByEmail(email)) throw new AdminError(`an account with the e-mail address ${email} already exists`);
+    say(`creating the account ${email}`);
+    const account = await services.accounts.create(email, password!, name);
+    process.stdout.write(`${account.id}\n`);
+    say(`created account ${account.email} (id ${account.id})`);
+  });
+}
+
+async function mintKey(config: Config, parsed: Parsed): Promise<void> {
+  const email = requireEmail(parsed);
+  const days = parseDays(parsed.days);
+  const label = parsed.label ?? 'admin-cli';
+  if (label.trim().length === 0 || label.length > 100) throw new UsageError('--label must have 1 to 100 characters');
+  await withServices(config, async (services) => {
+    const account = await services.accounts.findByEmail(email);
+    if (!account) throw new AdminError(`no account with the e-mail address ${email} (see: npm run admin -- list-accounts)`);
+    if (account.deletionRequestedAt) throw new AdminError(`the account ${email} is being deleted; its API keys would not work`);
+    say(`minting an API key for ${account.email}, label "${label}", valid ${days} day${days === 1 ? '' : 's'}`);
+    const { token, record } = await services.apiTokens.create(account.id, label, days * DAY_SECONDS);
+    process.stdout.write(`${token}\n`);
+    say(`minted API key ${record.tokenHint} (id ${record.id}), expires ${record.expiresAt.toISOString()}`);
+  });
+}
+
+async function listAccounts(config: Config): Promise<void> {
+  await withServices(config, async (services) => {
+    // No store offers "every account" (the API never needs it), so this reads the table directly.
+    const accounts = await services.database.prisma.account.findMany({ orderBy: [{ createdAt: 'asc' }, { email: 'asc' }] });
+    const rows = accounts.map((account) => [
+      account.id,
+      account.email,
+      account.name ?? '-',
+      account.createdAt.toISOString(),
+      account.deletionRequestedAt ? 'deleting' : account.signInLockedAt ? 'sign-in locked' : 'active',
+    ]);
+    const header = ['ID', 'EMAIL', 'NAME', 'CREATED', 'STATE'];
+    const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+    const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd();
+    process.stdout.write([line(header), ...rows.map(line)].join('\n') + '\n');
+    say(`${accounts.length} account${accounts.length === 1 ? '' : 's'}`);
+  });
+}
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    const parsed = parse(argv);
+    if (parsed === 'help') {
+      process.stdout.write(USAGE);
+      return 0;
+    }
+    let config: Config;
+    try {
+      config = loadConfig();
+    } catch (error) {
+      if (error instanceof ConfigError) throw new UsageError(error.message);
+      throw error;
+    }
+    if (parsed.command === 'create-account') await createAccount(config, parsed);
+    else if (parsed.command === 'mint-key') await mintKey(config, parsed);
+    else await listAccounts(config);
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      say(error.message);
+      process.stderr.write(error.showUsage ? `\n${USAGE}` : 'kiste admin: see npm run admin -- --help\n');
+      return 2;
+    }
+    if (error instanceof AdminError) {
+      say(error.message);
+      return 1;
+    }
+    if (error instanceof KisteError) {
+      say(`${error.message.replace(/\.$/, '')} (code ${error.code})`);
+      return 1;
+    }
+    say(`failed: ${error instanceof Error ? error.message : String(error)}`);
+    return 1;
+  }
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2)).then((code) => {
+    process.exitCode = code;
+  });
+}
