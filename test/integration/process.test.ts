@@ -1,0 +1,256 @@
+// The service as a process: started from source with tsx (no build), on a free loopback port and a
+// fresh data dir / database. First-account bootstrap, clean SIGTERM shutdown, survival of kill -9,
+// and the refusal of plain HTTP on a non-loopback address.
+import { ChildProcess, spawn } from 'node:child_process';
+import { Agent } from 'node:http';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import request from 'supertest';
+import { openDatabase } from '../../src/db/database';
+import { checkContract } from '../support/contract';
+import { freshDatabaseUrl, FreshDatabase } from '../support/database';
+
+jest.setTimeout(90_000);
+
+const ROOT = path.resolve(__dirname, '../..');
+const TSX = path.join(ROOT, 'node_modules/.bin/tsx');
+const ADMIN_EMAIL = 'admin@example.com';
+const ADMIN_PASSWORD = 'a long admin password 42';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** One run of `tsx src/server.ts`, in its own process group (so kill -9 takes the whole service down). */
+class ServiceProcess {
+  readonly child: ChildProcess;
+  output = '';
+  readonly exited: Promise<Exit>;
+  private exit: Exit | null = null;
+
+  constructor(env: Record<string, string>) {
+    const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
+    this.child = spawn(TSX, ['src/server.ts'], {
+      cwd: ROOT,
+      env: { ...base, KISTE_LOG_LEVEL: 'info', ...env } as NodeJS.ProcessEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    this.child.stdout!.on('data', (chunk) => (this.output += chunk));
+    this.child.stderr!.on('data', (chunk) => (this.output += chunk));
+    this.exited = new Promise((resolve) =>
+      this.child.once('exit', (code, signal) => {
+        this.exit = { code, signal };
+        resolve(this.exit);
+      }),
+    );
+  }
+
+  get running(): boolean {
+    return this.exit === null;
+  }
+
+  /** Resolves once the log says it listens; fails if the process exits first. */
+  async listening(timeoutMs = 60_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.output.includes('kiste is listening')) {
+      if (!this.running) throw new Error(`service exited (${JSON.stringify(this.exit)}) before listening:\n${this.output}`);
+      if (Date.now() > deadline) throw new Error(`service did not listen within ${timeoutMs} ms:\n${this.output}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  async waitExit(timeoutMs: number): Promise<Exit & { ms: number }> {
+    const started = Date.now();
+    const result = await Promise.race([
+      this.exited,
+      new Promise<null>((resolve) => setTimeout(() => resolve(null), timeoutMs).unref()),
+    ]);
+    if (!result) throw new Error(`service still running after ${timeoutMs} ms:\n${this.output}`);
+    return { ...result, ms: Date.now() - started };
+  }
+
+  signal(signal: NodeJS.Signals): void {
+    this.child.kill(signal);
+  }
+
+  /** kill -9 of the whole process group: tsx and the service it runs. */
+  killHard(): void {
+    process.kill(-this.child.pid!, 'SIGKILL');
+  }
+
+  /** Last resort in afterEach: nothing of ours keeps running. */
+  async ensureStopped(): Promise<void> {
+    if (!this.running) return;
+    try {
+      process.kill(-this.child.pid!, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    await this.waitExit(10_000).catch(() => undefined);
+  }
+}
+
+/** A contract-checked supertest client against a running service. */
+function client(url: string) {
+  const agent = request(url);
+  return {
+    get: (p: string) => agent.get(p).expect(checkContract),
+    post: (p: string) => agent.post(p).expect(checkContract),
+  };
+}
+
+async function login(url: string, email = ADMIN_EMAIL, password = ADMIN_PASSWORD): Promise<{ cookie: string; csrf: string }> {
+  const res = await client(url).post('/v1/auth/login').send({ email, password }).expect(200);
+  const cookies = res.headers['set-cookie'] as unknown as string[];
+  const session = cookies.find((line) => line.startsWith('kiste_session='))!.split(';')[0]!;
+  expect(res.body.authenticated).toBe(true);
+  expect(res.body.user.email).toBe(email);
+  return { cookie: session, csrf: res.body.csrf };
+}
+
+describe('the service process', () => {
+  let fresh: FreshDatabase;
+  let port: number;
+  let started: ServiceProcess[] = [];
+
+  beforeEach(async () => {
+    fresh = await freshDatabaseUrl();
+    port = await freePort();
+  });
+  afterEach(async () => {
+    for (const service of started) await service.ensureStopped();
+    started = [];
+    await fresh.cleanup();
+  });
+
+  function start(extra: Record<string, string> = {}): ServiceProcess {
+    const env: Record<string, string> = {
+      KISTE_LISTEN: `127.0.0.1:${port}`,
+      KISTE_DATA_DIR: fresh.dataDir,
+      KISTE_ADMIN_EMAIL: ADMIN_EMAIL,
+      KISTE_ADMIN_PASSWORD: ADMIN_PASSWORD,
+      ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),
+      ...extra,
+    };
+    const service = new ServiceProcess(env);
+    started.push(service);
+    return service;
+  }
+
+  async function stop(service: ServiceProcess): Promise<void> {
+    service.signal('SIGTERM');
+    const exit = await service.waitExit(20_000);
+    expect({ code: exit.code, signal: exit.signal }).toEqual({ code: 0, signal: null });
+  }
+
+  it('creates the first account from KISTE_ADMIN_EMAIL once; a second start creates no other', async () => {
+    const url = `http://127.0.0.1:${port}`;
+    const first = start();
+    await first.listening();
+    expect(first.output).toContain('created the first account from KISTE_ADMIN_EMAIL');
+    await login(url);
+    await stop(first);
+
+    const second = start({ KISTE_ADMIN_EMAIL: 'someone-else@example.com', KISTE_ADMIN_PASSWORD: 'another password 123' });
+    await second.listening();
+    expect(second.output).not.toContain('created the first account');
+    await login(url); // the first account still signs in
+    await client(url).post('/v1/auth/login').send({ email: 'someone-else@example.com', password: 'another password 123' }).expect(401);
+    await stop(second);
+
+    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
+    try {
+      const accounts = await database.prisma.account.findMany({ select: { email: true } });
+      expect(accounts.map((account) => account.email)).toEqual([ADMIN_EMAIL]);
+    } finally {
+      await database.close();
+    }
+  });
+
+  it('exits with code 0 within 20 s on SIGTERM, also with an idle keep-alive connection open, and logs it', async () => {
+    const url = `http://127.0.0.1:${port}`;
+    const service = start();
+    await service.listening();
+    const agent = new Agent({ keepAlive: true });
+    try {
+      await request(url).get('/healthz').agent(agent).expect(checkContract).expect(200);
+      expect(agent.freeSockets && Object.keys(agent.freeSockets).length).toBeGreaterThan(0);
+      service.signal('SIGTERM');
+      const exit = await service.waitExit(20_000);
+      expect({ code: exit.code, signal: exit.signal }).toEqual({ code: 0, signal: null });
+      expect(exit.ms).toBeLessThan(20_000);
+    } finally {
+      agent.destroy();
+    }
+    expect(service.output).toMatch(/"signal":"SIGTERM"[^\n]*"msg":"shutting down"/);
+    expect(service.output).not.toMatch(/shutdown (failed|took longer)/);
+    // the port is free again
+    const again = await new Promise<boolean>((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    expect(again).toBe(true);
+  });
+
+  it('keeps the account and an API key made before a kill -9', async () => {
+    const url = `http://127.0.0.1:${port}`;
+    const first = start();
+    await first.listening();
+    const browser = await login(url);
+    const created = await client(url)
+      .post('/v1/api-tokens')
+      .set('cookie', browser.cookie)
+      .set('x-csrf-token', browser.csrf)
+      .send({ label: 'before the crash', expires_in_seconds: 3600 })
+      .expect(200);
+    const apiKey: string = created.body.token;
+    const me = await client(url).get('/v1/me').set('authorization', `Bearer ${apiKey}`).expect(200);
+
+    first.killHard();
+    const killed = await first.waitExit(10_000);
+    expect(killed.signal).toBe('SIGKILL');
+    expect(first.output).not.toContain('shutting down');
+
+    const second = start();
+    await second.listening();
+    const after = await client(url).get('/v1/me').set('authorization', `Bearer ${apiKey}`).expect(200);
+    expect(after.body).toEqual(me.body);
+    const keys = await client(url).get('/v1/api-tokens').set('authorization', `Bearer ${apiKey}`).expect(200);
+    const listed = (Array.isArray(keys.body) ? keys.body : keys.body.data) as Array<{ id: string; label: string }>;
+    expect(listed.map((key) => key.id)).toContain(created.body.data.id);
+    await login(url); // password sign-in still works
+    await stop(second);
+  });
+
+  it('refuses plain HTTP on a non-loopback address with exit code 2 and a clear message', async () => {
+    const service = start({ KISTE_LISTEN: `0.0.0.0:${port}` });
+    const exit = await service.waitExit(60_000);
+    expect(exit.code).toBe(2);
+    expect(service.output).toContain('refusing plain HTTP on 0.0.0.0');
+    expect(service.output).toMatch(/KISTE_TLS_CERT/);
+    expect(service.output).toMatch(/KISTE_ALLOW_PLAIN_HTTP/);
+    expect(service.output).not.toContain('kiste is listening');
+  });
+
+  it('starts on a non-loopback address with KISTE_ALLOW_PLAIN_HTTP=1', async () => {
+    const service = start({ KISTE_LISTEN: `0.0.0.0:${port}`, KISTE_ALLOW_PLAIN_HTTP: '1' });
+    await service.listening();
+    const health = await client(`http://127.0.0.1:${port}`).get('/healthz').expect(200);
+    expect(health.body.status).toBe('ok');
+    await stop(service);
+  });
+});
