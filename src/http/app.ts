@@ -9,7 +9,7 @@ import { errorEnvelope, KisteError, retryAfterOf } from '../errors';
 import type { Services } from '../services';
 import { runOperation } from './pipeline';
 import { requestIdOf } from './request-id';
-import { allowedMethods, operationsForPath } from './routes';
+import { allowedMethods, operationFor, operationsForPath } from './routes';
 
 export async function createApp(services: Services, logger: Logger): Promise<express.Express> {
   // openapi-backend is used as the spec's router and parameter parser. Its handleRequest would also
@@ -22,17 +22,15 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
   const app = express();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
-  app.use((req: Request, res: Response, next: NextFunction) => {
-    const id = requestIdOf(req);
-    (req as Request & { id: string }).id = id;
-    res.setHeader('x-request-id', id);
-    next();
-  });
   app.use(
     pinoHttp({
       logger,
-      genReqId: (req) => (req as Request & { id: string }).id,
-      quietReqLogger: true,
+      // The request id is made (or kept) here, once: it is logged with every line and sent back.
+      genReqId: (req, res) => {
+        const id = requestIdOf(req);
+        res.setHeader('x-request-id', id);
+        return id;
+      },
       // Credentials never reach the log: no auth or cookie headers, no query strings (export tokens).
       // The serializers read the raw objects (no wrapping: pino-std-serializers would copy every header).
       wrapSerializers: false,
@@ -45,9 +43,10 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
   app.use(async (req: Request, res: Response) => {
     // The router decodes path parameters with decodeURIComponent; broken %-escapes are the client's error.
     if (!isDecodable(req.path)) throw new KisteError('P01', { message: 'The request path has a malformed %-escape' });
-    const request = { method: req.method, path: req.path, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> };
+    const request = { method: req.method, path: req.path, headers: req.headers as Record<string, string> };
     const operation = routeOf(api, request);
-    const { params } = api.router.parseRequest(request, operation);
+    // Only templated paths have parameters to parse (parseRequest also re-reads headers and cookies).
+    const params = operation.path.includes('{') ? api.router.parseRequest(request, operation).params : {};
     await runOperation(services, { operationId: operation.operationId!, pathParams: params as Record<string, string> }, req, res);
   });
   app.use((error: unknown, req: Request, res: Response, _next: NextFunction) => {
@@ -82,11 +81,11 @@ function useCompiledRoutes(api: OpenAPIBackend): void {
   const byId = new Map(operations.map((operation) => [operation.operationId, operation]));
   api.router.getOperations = () => operations;
   api.router.matchOperation = ((req: { method: string; path: string }, strict?: boolean) => {
-    const candidates = operationsForPath(req.path);
-    const match = candidates.find((operation) => operation.method === req.method.toUpperCase());
+    const match = operationFor(req.method, req.path);
     if (match) return byId.get(match.operationId);
     if (!strict) return undefined;
-    throw new Error(candidates.length ? '405-methodNotAllowed: no such method on this path' : '404-notFound: no route matches request');
+    const pathKnown = operationsForPath(req.path).length > 0;
+    throw new Error(pathKnown ? '405-methodNotAllowed: no such method on this path' : '404-notFound: no route matches request');
   }) as typeof api.router.matchOperation;
 }
 

@@ -9,6 +9,11 @@ const compiled = Object.values(OPERATIONS).map((operation) => ({
   specificity: operation.path.split('/').filter((segment) => !segment.startsWith('{')).length,
 }));
 
+const literalPaths = new Map<string, OperationMeta[]>();
+for (const entry of compiled) {
+  if (!entry.operation.path.includes('{')) literalPaths.set(entry.operation.path, [...(literalPaths.get(entry.operation.path) ?? []), entry.operation]);
+}
+
 export function operationsForPath(path: string): OperationMeta[] {
   return compiled
     .filter((entry) => entry.pattern.test(path))
@@ -21,5 +26,10 @@ export function allowedMethods(path: string): string[] {
 }
 
 export function operationFor(method: string, path: string): OperationMeta | undefined {
-  return operationsForPath(path).find((operation) => operation.method === method.toUpperCase());
+  const upper = method.toUpperCase();
+  // A literal path beats a template (as in openapi-backend); most requests end here without a RegExp.
+  return (
+    literalPaths.get(path)?.find((operation) => operation.method === upper) ??
+    operationsForPath(path).find((operation) => operation.method === upper)
+  );
 }
