@@ -12,17 +12,8 @@ import {
   TEST_PASSWORD,
   TestService,
 } from '../support/harness';
+import { ManualClock } from '../support/manual-clock';
 
-/** A clock the test moves by hand. */
-class ManualClock implements Clock {
-  constructor(private ms = Date.now()) {}
-  now(): Date {
-    return new Date(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
 
 const BROWSER_SESSION_SECONDS = 14 * 24 * 3600;
 const YEAR_SECONDS = 365 * 24 * 3600;

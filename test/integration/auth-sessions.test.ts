@@ -13,17 +13,8 @@ import {
   TEST_PASSWORD,
   TestService,
 } from '../support/harness';
+import { ManualClock } from '../support/manual-clock';
 
-/** A clock the test moves by hand. */
-class ManualClock implements Clock {
-  constructor(private ms = Date.now()) {}
-  now(): Date {
-    return new Date(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
 
 interface SignIn {
   id: string;

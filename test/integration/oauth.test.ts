@@ -5,17 +5,8 @@ import request from 'supertest';
 import type { Clock } from '../../src/domain/clock';
 import type { Account } from '../../src/store/prisma';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
+import { ManualClock } from '../support/manual-clock';
 
-/** A clock the test moves by hand. */
-class ManualClock implements Clock {
-  constructor(private ms = Date.now()) {}
-  now(): Date {
-    return new Date(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
 
 type Browser = { cookie: string; csrf: string; browserCookie: string };
 type Params = Record<string, string>;
