@@ -68,3 +68,13 @@ export type Event = Prisma.EventModel
  * One row per minute in which a service process was up; /status.json derives seven-day uptime from it.
  */
 export type ServiceHeartbeat = Prisma.ServiceHeartbeatModel
+/**
+ * Model Instance
+ * A machine of an account: a QEMU virtual machine run by this host. Name unique per account.
+ */
+export type Instance = Prisma.InstanceModel
+/**
+ * Model Command
+ * A command run in an instance through exec; output is streamed, only counts are kept.
+ */
+export type Command = Prisma.CommandModel

@@ -60,7 +60,9 @@ export const ModelName = {
   ExportLink: 'ExportLink',
   AccountDeletion: 'AccountDeletion',
   Event: 'Event',
-  ServiceHeartbeat: 'ServiceHeartbeat'
+  ServiceHeartbeat: 'ServiceHeartbeat',
+  Instance: 'Instance',
+  Command: 'Command'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -218,6 +220,61 @@ export const ServiceHeartbeatScalarFieldEnum = {
 export type ServiceHeartbeatScalarFieldEnum = (typeof ServiceHeartbeatScalarFieldEnum)[keyof typeof ServiceHeartbeatScalarFieldEnum]
 
 
+export const InstanceScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  image: 'image',
+  imageProfile: 'imageProfile',
+  imageVersion: 'imageVersion',
+  artifactKey: 'artifactKey',
+  status: 'status',
+  desiredState: 'desiredState',
+  vcpu: 'vcpu',
+  memoryMib: 'memoryMib',
+  diskMib: 'diskMib',
+  sshPublicKey: 'sshPublicKey',
+  guestHostname: 'guestHostname',
+  sshHostKeys: 'sshHostKeys',
+  autoSnapshotSeconds: 'autoSnapshotSeconds',
+  environmentVersionId: 'environmentVersionId',
+  expiresAt: 'expiresAt',
+  lastCheckpointAt: 'lastCheckpointAt',
+  sessionSaved: 'sessionSaved',
+  setupStatus: 'setupStatus',
+  setupError: 'setupError',
+  operation: 'operation',
+  operationStartedAt: 'operationStartedAt',
+  errorMessage: 'errorMessage',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type InstanceScalarFieldEnum = (typeof InstanceScalarFieldEnum)[keyof typeof InstanceScalarFieldEnum]
+
+
+export const CommandScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  requestHash: 'requestHash',
+  status: 'status',
+  completionStatus: 'completionStatus',
+  exitCode: 'exitCode',
+  signal: 'signal',
+  durationMs: 'durationMs',
+  stdoutBytes: 'stdoutBytes',
+  stderrBytes: 'stderrBytes',
+  errorMessage: 'errorMessage',
+  cancelRequestedAt: 'cancelRequestedAt',
+  startedAt: 'startedAt',
+  updatedAt: 'updatedAt',
+  finishedAt: 'finishedAt'
+} as const
+
+export type CommandScalarFieldEnum = (typeof CommandScalarFieldEnum)[keyof typeof CommandScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -231,6 +288,14 @@ export const JsonNullValueInput = {
 } as const
 
 export type JsonNullValueInput = (typeof JsonNullValueInput)[keyof typeof JsonNullValueInput]
+
+
+export const NullableJsonNullValueInput = {
+  DbNull: DbNull,
+  JsonNull: JsonNull
+} as const
+
+export type NullableJsonNullValueInput = (typeof NullableJsonNullValueInput)[keyof typeof NullableJsonNullValueInput]
 
 
 export const QueryMode = {

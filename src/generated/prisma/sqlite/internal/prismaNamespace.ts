@@ -406,7 +406,9 @@ export const ModelName = {
   ExportLink: 'ExportLink',
   AccountDeletion: 'AccountDeletion',
   Event: 'Event',
-  ServiceHeartbeat: 'ServiceHeartbeat'
+  ServiceHeartbeat: 'ServiceHeartbeat',
+  Instance: 'Instance',
+  Command: 'Command'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -422,7 +424,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1166,6 +1168,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    Instance: {
+      payload: Prisma.$InstancePayload<ExtArgs>
+      fields: Prisma.InstanceFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.InstanceFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.InstanceFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        findFirst: {
+          args: Prisma.InstanceFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.InstanceFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        findMany: {
+          args: Prisma.InstanceFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>[]
+        }
+        create: {
+          args: Prisma.InstanceCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        createMany: {
+          args: Prisma.InstanceCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.InstanceCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>[]
+        }
+        delete: {
+          args: Prisma.InstanceDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        update: {
+          args: Prisma.InstanceUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        deleteMany: {
+          args: Prisma.InstanceDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.InstanceUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.InstanceUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>[]
+        }
+        upsert: {
+          args: Prisma.InstanceUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstancePayload>
+        }
+        aggregate: {
+          args: Prisma.InstanceAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateInstance>
+        }
+        groupBy: {
+          args: Prisma.InstanceGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.InstanceGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.InstanceCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.InstanceCountAggregateOutputType> | number
+        }
+      }
+    }
+    Command: {
+      payload: Prisma.$CommandPayload<ExtArgs>
+      fields: Prisma.CommandFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.CommandFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.CommandFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        findFirst: {
+          args: Prisma.CommandFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.CommandFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        findMany: {
+          args: Prisma.CommandFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>[]
+        }
+        create: {
+          args: Prisma.CommandCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        createMany: {
+          args: Prisma.CommandCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.CommandCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>[]
+        }
+        delete: {
+          args: Prisma.CommandDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        update: {
+          args: Prisma.CommandUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        deleteMany: {
+          args: Prisma.CommandDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.CommandUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.CommandUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>[]
+        }
+        upsert: {
+          args: Prisma.CommandUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CommandPayload>
+        }
+        aggregate: {
+          args: Prisma.CommandAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateCommand>
+        }
+        groupBy: {
+          args: Prisma.CommandGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.CommandGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.CommandCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.CommandCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1341,6 +1491,61 @@ export const ServiceHeartbeatScalarFieldEnum = {
 export type ServiceHeartbeatScalarFieldEnum = (typeof ServiceHeartbeatScalarFieldEnum)[keyof typeof ServiceHeartbeatScalarFieldEnum]
 
 
+export const InstanceScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  image: 'image',
+  imageProfile: 'imageProfile',
+  imageVersion: 'imageVersion',
+  artifactKey: 'artifactKey',
+  status: 'status',
+  desiredState: 'desiredState',
+  vcpu: 'vcpu',
+  memoryMib: 'memoryMib',
+  diskMib: 'diskMib',
+  sshPublicKey: 'sshPublicKey',
+  guestHostname: 'guestHostname',
+  sshHostKeys: 'sshHostKeys',
+  autoSnapshotSeconds: 'autoSnapshotSeconds',
+  environmentVersionId: 'environmentVersionId',
+  expiresAt: 'expiresAt',
+  lastCheckpointAt: 'lastCheckpointAt',
+  sessionSaved: 'sessionSaved',
+  setupStatus: 'setupStatus',
+  setupError: 'setupError',
+  operation: 'operation',
+  operationStartedAt: 'operationStartedAt',
+  errorMessage: 'errorMessage',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type InstanceScalarFieldEnum = (typeof InstanceScalarFieldEnum)[keyof typeof InstanceScalarFieldEnum]
+
+
+export const CommandScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  requestHash: 'requestHash',
+  status: 'status',
+  completionStatus: 'completionStatus',
+  exitCode: 'exitCode',
+  signal: 'signal',
+  durationMs: 'durationMs',
+  stdoutBytes: 'stdoutBytes',
+  stderrBytes: 'stderrBytes',
+  errorMessage: 'errorMessage',
+  cancelRequestedAt: 'cancelRequestedAt',
+  startedAt: 'startedAt',
+  updatedAt: 'updatedAt',
+  finishedAt: 'finishedAt'
+} as const
+
+export type CommandScalarFieldEnum = (typeof CommandScalarFieldEnum)[keyof typeof CommandScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -1354,6 +1559,14 @@ export const JsonNullValueInput = {
 } as const
 
 export type JsonNullValueInput = (typeof JsonNullValueInput)[keyof typeof JsonNullValueInput]
+
+
+export const NullableJsonNullValueInput = {
+  DbNull: DbNull,
+  JsonNull: JsonNull
+} as const
+
+export type NullableJsonNullValueInput = (typeof NullableJsonNullValueInput)[keyof typeof NullableJsonNullValueInput]
 
 
 export const NullsOrder = {
@@ -1426,6 +1639,13 @@ export type JsonFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'J
  * Reference to a field of type 'QueryMode'
  */
 export type EnumQueryModeFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'QueryMode'>
+    
+
+
+/**
+ * Reference to a field of type 'Boolean'
+ */
+export type BooleanFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Boolean'>
     
 
 
@@ -1596,6 +1816,8 @@ export type GlobalOmitConfig = {
   accountDeletion?: Prisma.AccountDeletionOmit
   event?: Prisma.EventOmit
   serviceHeartbeat?: Prisma.ServiceHeartbeatOmit
+  instance?: Prisma.InstanceOmit
+  command?: Prisma.CommandOmit
 }
 
 /* Types for Logging */

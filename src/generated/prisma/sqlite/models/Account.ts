@@ -275,6 +275,8 @@ export type AccountWhereInput = {
   deviceKeys?: Prisma.DeviceKeyListRelationFilter
   exportLinks?: Prisma.ExportLinkListRelationFilter
   events?: Prisma.EventListRelationFilter
+  instances?: Prisma.InstanceListRelationFilter
+  commands?: Prisma.CommandListRelationFilter
 }
 
 export type AccountOrderByWithRelationInput = {
@@ -296,6 +298,8 @@ export type AccountOrderByWithRelationInput = {
   deviceKeys?: Prisma.DeviceKeyOrderByRelationAggregateInput
   exportLinks?: Prisma.ExportLinkOrderByRelationAggregateInput
   events?: Prisma.EventOrderByRelationAggregateInput
+  instances?: Prisma.InstanceOrderByRelationAggregateInput
+  commands?: Prisma.CommandOrderByRelationAggregateInput
 }
 
 export type AccountWhereUniqueInput = Prisma.AtLeast<{
@@ -320,6 +324,8 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   deviceKeys?: Prisma.DeviceKeyListRelationFilter
   exportLinks?: Prisma.ExportLinkListRelationFilter
   events?: Prisma.EventListRelationFilter
+  instances?: Prisma.InstanceListRelationFilter
+  commands?: Prisma.CommandListRelationFilter
 }, "id" | "email">
 
 export type AccountOrderByWithAggregationInput = {
@@ -377,6 +383,8 @@ export type AccountCreateInput = {
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateInput = {
@@ -398,6 +406,8 @@ export type AccountUncheckedCreateInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUpdateInput = {
@@ -419,6 +429,8 @@ export type AccountUpdateInput = {
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateInput = {
@@ -440,6 +452,8 @@ export type AccountUncheckedUpdateInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateManyInput = {
@@ -671,6 +685,34 @@ export type AccountUpdateOneRequiredWithoutEventsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutEventsInput, Prisma.AccountUpdateWithoutEventsInput>, Prisma.AccountUncheckedUpdateWithoutEventsInput>
 }
 
+export type AccountCreateNestedOneWithoutInstancesInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutInstancesInput, Prisma.AccountUncheckedCreateWithoutInstancesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutInstancesInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutInstancesNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutInstancesInput, Prisma.AccountUncheckedCreateWithoutInstancesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutInstancesInput
+  upsert?: Prisma.AccountUpsertWithoutInstancesInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutInstancesInput, Prisma.AccountUpdateWithoutInstancesInput>, Prisma.AccountUncheckedUpdateWithoutInstancesInput>
+}
+
+export type AccountCreateNestedOneWithoutCommandsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutCommandsInput, Prisma.AccountUncheckedCreateWithoutCommandsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutCommandsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutCommandsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutCommandsInput, Prisma.AccountUncheckedCreateWithoutCommandsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutCommandsInput
+  upsert?: Prisma.AccountUpsertWithoutCommandsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutCommandsInput, Prisma.AccountUpdateWithoutCommandsInput>, Prisma.AccountUncheckedUpdateWithoutCommandsInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -689,6 +731,8 @@ export type AccountCreateWithoutSessionsInput = {
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutSessionsInput = {
@@ -709,6 +753,8 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutSessionsInput = {
@@ -745,6 +791,8 @@ export type AccountUpdateWithoutSessionsInput = {
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutSessionsInput = {
@@ -765,6 +813,8 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutKnownBrowsersInput = {
@@ -785,6 +835,8 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
@@ -805,6 +857,8 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutKnownBrowsersInput = {
@@ -841,6 +895,8 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
@@ -861,6 +917,8 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutApiTokensInput = {
@@ -881,6 +939,8 @@ export type AccountCreateWithoutApiTokensInput = {
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutApiTokensInput = {
@@ -901,6 +961,8 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutApiTokensInput = {
@@ -937,6 +999,8 @@ export type AccountUpdateWithoutApiTokensInput = {
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutApiTokensInput = {
@@ -957,6 +1021,8 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutOauthCodesInput = {
@@ -977,6 +1043,8 @@ export type AccountCreateWithoutOauthCodesInput = {
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutOauthCodesInput = {
@@ -997,6 +1065,8 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutOauthCodesInput = {
@@ -1033,6 +1103,8 @@ export type AccountUpdateWithoutOauthCodesInput = {
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutOauthCodesInput = {
@@ -1053,6 +1125,8 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeviceKeysInput = {
@@ -1073,6 +1147,8 @@ export type AccountCreateWithoutDeviceKeysInput = {
   oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeviceKeysInput = {
@@ -1093,6 +1169,8 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeviceKeysInput = {
@@ -1129,6 +1207,8 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
@@ -1149,6 +1229,8 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutExportLinksInput = {
@@ -1169,6 +1251,8 @@ export type AccountCreateWithoutExportLinksInput = {
   oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutExportLinksInput = {
@@ -1189,6 +1273,8 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutExportLinksInput = {
@@ -1225,6 +1311,8 @@ export type AccountUpdateWithoutExportLinksInput = {
   oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutExportLinksInput = {
@@ -1245,6 +1333,8 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutEventsInput = {
@@ -1265,6 +1355,8 @@ export type AccountCreateWithoutEventsInput = {
   oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
   deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutEventsInput = {
@@ -1285,6 +1377,8 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
   deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutEventsInput = {
@@ -1321,6 +1415,8 @@ export type AccountUpdateWithoutEventsInput = {
   oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
   deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutEventsInput = {
@@ -1341,6 +1437,216 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
   deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutInstancesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutInstancesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutInstancesInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutInstancesInput, Prisma.AccountUncheckedCreateWithoutInstancesInput>
+}
+
+export type AccountUpsertWithoutInstancesInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutInstancesInput, Prisma.AccountUncheckedUpdateWithoutInstancesInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutInstancesInput, Prisma.AccountUncheckedCreateWithoutInstancesInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutInstancesInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutInstancesInput, Prisma.AccountUncheckedUpdateWithoutInstancesInput>
+}
+
+export type AccountUpdateWithoutInstancesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutInstancesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutCommandsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutCommandsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutCommandsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutCommandsInput, Prisma.AccountUncheckedCreateWithoutCommandsInput>
+}
+
+export type AccountUpsertWithoutCommandsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutCommandsInput, Prisma.AccountUncheckedUpdateWithoutCommandsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutCommandsInput, Prisma.AccountUncheckedCreateWithoutCommandsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutCommandsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutCommandsInput, Prisma.AccountUncheckedUpdateWithoutCommandsInput>
+}
+
+export type AccountUpdateWithoutCommandsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutCommandsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 
@@ -1356,6 +1662,8 @@ export type AccountCountOutputType = {
   deviceKeys: number
   exportLinks: number
   events: number
+  instances: number
+  commands: number
 }
 
 export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1366,6 +1674,8 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   deviceKeys?: boolean | AccountCountOutputTypeCountDeviceKeysArgs
   exportLinks?: boolean | AccountCountOutputTypeCountExportLinksArgs
   events?: boolean | AccountCountOutputTypeCountEventsArgs
+  instances?: boolean | AccountCountOutputTypeCountInstancesArgs
+  commands?: boolean | AccountCountOutputTypeCountCommandsArgs
 }
 
 /**
@@ -1427,6 +1737,20 @@ export type AccountCountOutputTypeCountEventsArgs<ExtArgs extends runtime.Types.
   where?: Prisma.EventWhereInput
 }
 
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountInstancesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.InstanceWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountCommandsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.CommandWhereInput
+}
+
 
 export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -1447,6 +1771,8 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   deviceKeys?: boolean | Prisma.Account$deviceKeysArgs<ExtArgs>
   exportLinks?: boolean | Prisma.Account$exportLinksArgs<ExtArgs>
   events?: boolean | Prisma.Account$eventsArgs<ExtArgs>
+  instances?: boolean | Prisma.Account$instancesArgs<ExtArgs>
+  commands?: boolean | Prisma.Account$commandsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["account"]>
 
@@ -1501,6 +1827,8 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   deviceKeys?: boolean | Prisma.Account$deviceKeysArgs<ExtArgs>
   exportLinks?: boolean | Prisma.Account$exportLinksArgs<ExtArgs>
   events?: boolean | Prisma.Account$eventsArgs<ExtArgs>
+  instances?: boolean | Prisma.Account$instancesArgs<ExtArgs>
+  commands?: boolean | Prisma.Account$commandsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type AccountIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -1516,6 +1844,8 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     deviceKeys: Prisma.$DeviceKeyPayload<ExtArgs>[]
     exportLinks: Prisma.$ExportLinkPayload<ExtArgs>[]
     events: Prisma.$EventPayload<ExtArgs>[]
+    instances: Prisma.$InstancePayload<ExtArgs>[]
+    commands: Prisma.$CommandPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1942,6 +2272,8 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   deviceKeys<T extends Prisma.Account$deviceKeysArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$deviceKeysArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DeviceKeyPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   exportLinks<T extends Prisma.Account$exportLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$exportLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ExportLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   events<T extends Prisma.Account$eventsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$eventsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EventPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  instances<T extends Prisma.Account$instancesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$instancesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$InstancePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  commands<T extends Prisma.Account$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -2538,6 +2870,54 @@ export type Account$eventsArgs<ExtArgs extends runtime.Types.Extensions.Internal
   take?: number
   skip?: number
   distinct?: Prisma.EventScalarFieldEnum | Prisma.EventScalarFieldEnum[]
+}
+
+/**
+ * Account.instances
+ */
+export type Account$instancesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Instance
+   */
+  select?: Prisma.InstanceSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Instance
+   */
+  omit?: Prisma.InstanceOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.InstanceInclude<ExtArgs> | null
+  where?: Prisma.InstanceWhereInput
+  orderBy?: Prisma.InstanceOrderByWithRelationInput | Prisma.InstanceOrderByWithRelationInput[]
+  cursor?: Prisma.InstanceWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.InstanceScalarFieldEnum | Prisma.InstanceScalarFieldEnum[]
+}
+
+/**
+ * Account.commands
+ */
+export type Account$commandsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Command
+   */
+  select?: Prisma.CommandSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Command
+   */
+  omit?: Prisma.CommandOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.CommandInclude<ExtArgs> | null
+  where?: Prisma.CommandWhereInput
+  orderBy?: Prisma.CommandOrderByWithRelationInput | Prisma.CommandOrderByWithRelationInput[]
+  cursor?: Prisma.CommandWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.CommandScalarFieldEnum | Prisma.CommandScalarFieldEnum[]
 }
 
 /**
