@@ -80,6 +80,12 @@ export function renderValidators(doc: OpenApiDocument): { params: string; bodies
       bodyExports[`${id}__body`] = `${id}__body`;
     }
     for (const [status, response] of Object.entries<any>(op.operation.responses ?? {})) {
+      const lineSchema = resolveRef(doc, response)?.content?.['application/x-ndjson']?.schema;
+      if (lineSchema) {
+        // A stream of JSON lines: each line is checked on its own.
+        bodiesAjv.addSchema(portable(lineSchema), `${id}__${status}__line`);
+        bodyExports[`${id}__${status}__line`] = `${id}__${status}__line`;
+      }
       const schema = jsonSchemaOf(resolveRef(doc, response)?.content);
       if (!schema) continue;
       const name = `${id}__${status}`;

@@ -11,7 +11,14 @@ type OrEmpty<T> = [T] extends [never] ? Record<string, never> : [T] extends [und
 export type PathParams<K extends keyof operations> = OrEmpty<Op<K>['parameters'] extends { path?: infer P } ? P : never>;
 export type QueryParams<K extends keyof operations> = OrEmpty<Op<K>['parameters'] extends { query?: infer Q } ? Q : never>;
 
-type ContentOf<R> = R extends { content: infer C } ? (C extends Record<string, unknown> ? C[keyof C] : undefined) : undefined;
+/** A JSON body, or for application/x-ndjson answers an async stream of its lines (written with backpressure). */
+type ContentOf<R> = R extends { content: infer C }
+  ? C extends { 'application/x-ndjson': infer Line }
+    ? AsyncIterable<Line>
+    : C extends Record<string, unknown>
+      ? C[keyof C]
+      : undefined
+  : undefined;
 export type RequestBody<K extends keyof operations> = 'requestBody' extends keyof Op<K>
   ? [NonNullable<Op<K>['requestBody']>] extends [never]
     ? undefined
@@ -58,6 +65,8 @@ export interface RequestInfo {
   host: string;
   /** Path and query string as received. */
   url: string;
+  /** Aborted when the client goes away before the answer is complete (e.g. to cancel a command). */
+  signal: AbortSignal;
 }
 
 type AuthOf<K extends keyof operations> = K extends keyof typeof OPERATIONS

@@ -23,7 +23,7 @@ export interface RoutedRequest {
 
 export async function runOperation(services: Services, routed: RoutedRequest, req: Request, res: Response): Promise<void> {
   const meta: OperationMeta = OPERATIONS[routed.operationId as OperationId];
-  const info = requestInfo(req, services);
+  const info = requestInfo(req, res, services);
 
   const raw = await readBody(req, meta.bodyLimit ?? NO_BODY_LIMIT);
   const auth = await authenticate(services, meta, info, req);
@@ -63,11 +63,15 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
     // the cached ones are read afresh on the next request.
     if (auth && !SAFE_METHODS.has(meta.method)) services.credentials.forgetAccount(auth.accountId);
   }
-  sendResult(res, result, info.secure);
+  await sendResult(res, result, info.secure);
 }
 
-function requestInfo(req: Request, services: Services): RequestInfo {
+function requestInfo(req: Request, res: Response, services: Services): RequestInfo {
   const host = (req.headers.host ?? '').toLowerCase().replace(/:\d+$/, '');
+  const gone = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) gone.abort();
+  });
   return {
     id: (req as Request & { id: string }).id,
     ip: req.socket.remoteAddress ?? 'unknown',
@@ -76,6 +80,7 @@ function requestInfo(req: Request, services: Services): RequestInfo {
     secure: services.config.tls !== null || services.config.baseUrl.startsWith('https:'),
     host,
     url: req.originalUrl,
+    signal: gone.signal,
   };
 }
 
@@ -126,12 +131,14 @@ function checkCsrf(services: Services, auth: AuthContext, req: Request, body: un
   }
 }
 
-function sendResult(res: Response, result: AnyHandlerResult, secure: boolean): void {
+async function sendResult(res: Response, result: AnyHandlerResult, secure: boolean): Promise<void> {
   if (result.cookies?.length) setCookies(res, result.cookies, secure);
   for (const [name, value] of Object.entries(result.headers ?? {})) if (value !== undefined) res.setHeader(name, value);
   res.status(result.status);
   if (result.body === undefined || result.status === 204) {
     res.end();
+  } else if (isAsyncIterable(result.body)) {
+    await streamLines(res, result.body);
   } else if (typeof result.body === 'string') {
     if (!res.getHeader('content-type')) res.setHeader('content-type', 'text/plain; charset=utf-8');
     res.end(result.body);
@@ -139,4 +146,32 @@ function sendResult(res: Response, result: AnyHandlerResult, secure: boolean): v
     res.setHeader('content-type', 'application/json; charset=utf-8');
     res.end(JSON.stringify(result.body));
   }
+}
+
+function drainedOrClosed(res: Response): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
+  return typeof value === 'object' && value !== null && Symbol.asyncIterator in value;
+}
+
+/** application/x-ndjson: one JSON value per line, flushed as it comes, waiting for the client to drain. */
+async function streamLines(res: Response, lines: AsyncIterable<unknown>): Promise<void> {
+  res.setHeader('content-type', 'application/x-ndjson; charset=utf-8');
+  res.setHeader('cache-control', 'no-store');
+  res.flushHeaders();
+  for await (const line of lines) {
+    if (res.destroyed) break;
+    if (!res.write(JSON.stringify(line) + '\n')) await drainedOrClosed(res);
+  }
+  res.end();
 }

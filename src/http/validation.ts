@@ -40,6 +40,11 @@ export function responseValidator(operationId: string, status: number | 'default
   return bodyValidators[`${operationId}__${status}`];
 }
 
+/** The validator of one line of an application/x-ndjson answer, when the operation streams one. */
+export function streamLineValidator(operationId: string, status: number): ValidateFunction | undefined {
+  return bodyValidators[`${operationId}__${status}__line`];
+}
+
 /** The validator of the error envelope every non-2xx answer uses. */
 export function errorEnvelopeValidator(): ValidateFunction {
   return bodyValidators.ErrorResponse!;

@@ -3,7 +3,7 @@
 // errors use the envelope, and x-request-id is present. An off-spec answer fails the test.
 import type { Response } from 'supertest';
 import { operationFor } from '../../src/http/routes';
-import { errorEnvelopeValidator, responseValidator } from '../../src/http/validation';
+import { errorEnvelopeValidator, responseValidator, streamLineValidator } from '../../src/http/validation';
 import spec from '../../src/generated/openapi.json';
 
 const ERROR_OPERATION = '__error';
@@ -38,6 +38,14 @@ export function checkContract(res: Response): void {
     return;
   }
   if (!declaredStatuses(operationId).includes(String(res.status))) throw new Error(`${where}: status not declared for ${operationId}`);
+  const validateLine = streamLineValidator(operationId, res.status);
+  if (validateLine) {
+    if (!String(res.headers['content-type']).startsWith('application/x-ndjson')) throw new Error(`${where}: stream is not NDJSON`);
+    for (const line of res.text.split('\n').filter(Boolean)) {
+      if (!validateLine(JSON.parse(line))) throw new Error(`${where}: stream line off-spec: ${line} ${JSON.stringify(validateLine.errors)}`);
+    }
+    return;
+  }
   const validate = responseValidator(operationId, res.status);
   if (!validate) return; // no JSON body declared (redirects, 204, HTML and text pages)
   if (!String(res.headers['content-type']).startsWith('application/json')) throw new Error(`${where}: answer is not JSON`);

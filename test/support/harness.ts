@@ -42,7 +42,8 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const api = Object.fromEntries(
     (['get', 'post', 'put', 'patch', 'delete'] as Method[]).map((method) => [
       method,
-      (path: string) => request(app)[method](path).expect(checkContract),
+      // buffer(true): also collect bodies of media types superagent does not buffer itself (NDJSON streams).
+      (path: string) => request(app)[method](path).buffer(true).expect(checkContract),
     ]),
   ) as TestService['api'];
   return {
