@@ -1,0 +1,100 @@
+// Runs one lifecycle operation of an instance. The operation is claimed on the row first (a second
+// one gets 409 K05); its end — new state, cleared claim and the account event — is written in one
+// transaction, so the stream never shows a state the row does not have. Callers wait up to a
+// bound and answer 202 when the work goes on in the background.
+import { KisteError } from '../errors';
+import { appendEvent } from '../store/events';
+import type { Instance, InstanceStore, InstanceUpdate } from '../store/instances';
+import type { Db } from '../store/prisma';
+import type { Clock } from './clock';
+
+export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete';
+
+export interface OperationOutcome {
+  /** Row changes at the end (status, session, versions…). */
+  update: InstanceUpdate;
+  /** The account event that marks the end, with its data. */
+  event: { type: string; data?: Record<string, unknown> } | null;
+  /** The row is removed (delete). */
+  deleted?: boolean;
+}
+
+export interface OperationLogger {
+  error(object: object, message: string): void;
+}
+
+export class InstanceOperations {
+  private readonly inFlight = new Map<string, Promise<Instance | null>>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly store: InstanceStore,
+    private readonly clock: Clock,
+    private readonly logger: OperationLogger,
+  ) {}
+
+  /** Claims the instance for `operation` and sets its transitional state; K05 when it is busy. */
+  async claim(instance: Instance, operation: LifecycleOperation, transitional: InstanceUpdate): Promise<Instance> {
+    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now()))) {
+      throw new KisteError('K05', { message: `Instance ${instance.name} is busy with ${instance.operation ?? 'another operation'}` });
+    }
+    return this.store.update(this.db, instance.id, transitional);
+  }
+
+  /**
+   * Runs claimed work to its end and records it. Never rejects: a failure puts the instance in the
+   * error state with an `instance.error` event. Resolves with the final row (null once deleted).
+   */
+  run(instance: Instance, work: () => Promise<OperationOutcome>): Promise<Instance | null> {
+    const running = this.finish(instance, work).finally(() => this.inFlight.delete(instance.id));
+    this.inFlight.set(instance.id, running);
+    return running;
+  }
+
+  /** Waits for the operation up to `waitMs`; tells whether it finished in time. */
+  async waitAtMost(operation: Promise<Instance | null>, waitMs: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), waitMs);
+    });
+    try {
+      return await Promise.race([operation.then(() => true as const), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Operations still running in this process (shutdown waits for them). */
+  pending(): Promise<unknown>[] {
+    return [...this.inFlight.values()];
+  }
+
+  private async finish(instance: Instance, work: () => Promise<OperationOutcome>): Promise<Instance | null> {
+    let outcome: OperationOutcome;
+    try {
+      outcome = await work();
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.logger.error({ err: error, instance: instance.id, operation: instance.operation }, 'instance operation failed');
+      outcome = {
+        update: { status: 'error', errorMessage: message.slice(0, 1000) },
+        event: { type: 'instance.error', data: { message: message.slice(0, 1000) } },
+      };
+    }
+    return this.db.$transaction(async (tx) => {
+      if (outcome.event) {
+        await appendEvent(tx, instance.accountId, {
+          type: outcome.event.type,
+          resourceType: 'instance',
+          resourceId: instance.id,
+          data: { name: instance.name, ...outcome.event.data },
+        });
+      }
+      if (outcome.deleted) {
+        await this.store.delete(tx, instance.id);
+        return null;
+      }
+      return this.store.update(tx, instance.id, { ...outcome.update, operation: null, operationStartedAt: null });
+    });
+  }
+}

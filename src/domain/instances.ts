@@ -1,0 +1,346 @@
+// Instances: the spec's state table. Create and fork answer once the machine takes commands;
+// stop, resume, restart, upgrade and delete wait up to `lifecycleWaitMs` and then go on in the
+// background (the caller answers 202). Limits are checked under the account lock.
+import { freemem } from 'node:os';
+import { KisteError } from '../errors';
+import type { GuestIdentity, HostImage, ImageProfile, MachineHost, MachineShape } from '../compute/machine-host';
+import type { AccountStore } from '../store/accounts';
+import type { DeviceKeyStore } from '../store/device-keys';
+import { appendEvent } from '../store/events';
+import type { Instance, InstanceStore } from '../store/instances';
+import type { Db } from '../store/prisma';
+import type { Clock } from './clock';
+import { checkHostCapacity, checkNewMachine, checkStart } from './instance-limits';
+import { generateInstanceName } from './instance-names';
+import { InstanceOperations, LifecycleOperation, OperationOutcome } from './instance-operations';
+import type { Limits } from './limits';
+import { newId } from './secrets';
+import { parsePublicKey, PublicKeyError } from './ssh-public-key';
+
+/** The built-in image every create without `image` gets. */
+export const UNIVERSAL_IMAGE = 'universal';
+const DEFAULT_AUTO_SNAPSHOT_SECONDS = 300;
+
+export interface InstanceSettings {
+  /** Which host image stands for the universal image on this host (minimal on small hosts and in tests). */
+  imageProfile: ImageProfile;
+  /** How long a lifecycle call waits before answering 202 (20 s in the spec). */
+  lifecycleWaitMs: number;
+  /** Host memory kept free beside guests (L13). */
+  hostMemoryReserveMib: number;
+}
+
+export interface CreateInstance {
+  name?: string | null;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  sshPublicKey: string;
+  image?: string | null;
+  environment?: string | null;
+  ttlSeconds?: number | null;
+  autoSnapshotSeconds?: number | null;
+}
+
+export interface LifecycleAnswer {
+  instance: Instance;
+  /** False when the operation goes on in the background (HTTP 202). */
+  finished: boolean;
+}
+
+export class Instances {
+  readonly operations: InstanceOperations;
+
+  constructor(
+    private readonly db: Db,
+    private readonly stores: { instances: InstanceStore; accounts: AccountStore; deviceKeys: DeviceKeyStore },
+    private readonly host: MachineHost,
+    private readonly limits: Limits,
+    private readonly clock: Clock,
+    private readonly settings: InstanceSettings,
+    logger: { error(object: object, message: string): void },
+  ) {
+    this.operations = new InstanceOperations(db, stores.instances, clock, logger);
+  }
+
+  list(accountId: string): Promise<Instance[]> {
+    return this.stores.instances.list(accountId);
+  }
+
+  async get(accountId: string, name: string): Promise<Instance> {
+    const instance = await this.stores.instances.findByName(accountId, name);
+    if (!instance) throw new KisteError('K01', { message: `No instance named ${name}`, param: 'name' });
+    return instance;
+  }
+
+  /** The newest image of this host's universal profile, or K06 while it is still being built. */
+  currentImage(): HostImage {
+    const image = this.host.currentImage(this.settings.imageProfile);
+    if (image) return image;
+    const build = this.host.imageBuildState(this.settings.imageProfile);
+    throw new KisteError('K06', {
+      message: build.state === 'failed' ? `The machine image could not be built: ${build.error}` : 'The machine image is still being built',
+      hint: build.step ? `Image build step: ${build.step}. Retry in a minute.` : undefined,
+    });
+  }
+
+  async create(accountId: string, request: CreateInstance): Promise<Instance> {
+    const sshKey = validKey(request.sshPublicKey);
+    if (request.image && request.image !== UNIVERSAL_IMAGE) {
+      throw new KisteError('K20', { message: `No image named ${request.image}`, param: 'image' });
+    }
+    if (request.environment) {
+      throw new KisteError('K30', { message: `No environment named ${request.environment}`, param: 'environment' });
+    }
+    const image = this.currentImage();
+    const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
+    checkHostCapacity(Math.floor(freemem() / 1048576), shape.memoryMib, this.settings.hostMemoryReserveMib);
+    const now = this.clock.now();
+    const instance = await this.insert(accountId, request.name ?? null, shape, 'create', (name) => ({
+      image: request.image ?? UNIVERSAL_IMAGE,
+      imageProfile: image.profile,
+      artifactKey: image.artifactKey,
+      sshPublicKey: sshKey,
+      autoSnapshotSeconds: request.autoSnapshotSeconds ?? DEFAULT_AUTO_SNAPSHOT_SECONDS,
+      expiresAt: request.ttlSeconds ? new Date(now.getTime() + request.ttlSeconds * 1000) : null,
+      guestHostname: name,
+    }));
+    const final = await this.operations.run(instance, async () => {
+      await this.host.createDisk(instance.id, image, shape.diskMib);
+      return this.bootOutcome(instance, image, shape, 'boot');
+    });
+    return this.startedOrFailed(final);
+  }
+
+  async fork(accountId: string, sourceName: string, name: string, ttlSeconds: number | null): Promise<Instance> {
+    const source = await this.get(accountId, sourceName);
+    if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
+    const image = this.currentImage();
+    const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
+    checkHostCapacity(Math.floor(freemem() / 1048576), shape.memoryMib, this.settings.hostMemoryReserveMib);
+    const now = this.clock.now();
+    const copy = await this.insert(accountId, name, shape, 'fork', (copyName) => ({
+      image: source.image,
+      imageProfile: source.imageProfile,
+      artifactKey: source.artifactKey,
+      imageVersion: source.imageVersion,
+      sshPublicKey: source.sshPublicKey,
+      autoSnapshotSeconds: source.autoSnapshotSeconds,
+      environmentVersionId: source.environmentVersionId,
+      expiresAt: ttlSeconds ? new Date(now.getTime() + ttlSeconds * 1000) : null, // never the source's deadline
+      guestHostname: copyName,
+    }));
+    const final = await this.operations.run(copy, async () => {
+      await this.host.forkDisk(source.id, copy.id);
+      return this.bootOutcome(copy, image, shape, 'boot');
+    });
+    return this.startedOrFailed(final);
+  }
+
+  async stop(accountId: string, name: string, saveSession: boolean): Promise<LifecycleAnswer> {
+    const instance = await this.get(accountId, name);
+    if (instance.status === 'stopped' && !instance.operation) return { instance, finished: true };
+    return this.lifecycle(instance, 'stop', { status: 'stopping', desiredState: 'stopped' }, () => this.stopOutcome(instance, saveSession));
+  }
+
+  async resume(accountId: string, name: string): Promise<LifecycleAnswer> {
+    const instance = await this.get(accountId, name);
+    if (instance.status === 'running' && !instance.operation) return { instance, finished: true };
+    await this.checkCanStart(instance);
+    const image = this.currentImage();
+    return this.lifecycle(instance, 'resume', { status: 'starting', desiredState: 'running' }, async () =>
+      (await this.host.hasSession(instance.id))
+        ? this.bootOutcome(instance, image, shapeOf(instance), 'resume')
+        : this.bootOutcome(instance, image, shapeOf(instance), 'boot'),
+    );
+  }
+
+  /** Fresh boot from the instance's own disk: files stay, a pending image update applies, a saved session is dropped. */
+  async restart(accountId: string, name: string): Promise<LifecycleAnswer> {
+    const instance = await this.get(accountId, name);
+    if (instance.status !== 'running') await this.checkCanStart(instance);
+    const image = this.currentImage();
+    return this.lifecycle(instance, 'restart', { status: 'starting', desiredState: 'running' }, async () => {
+      if (await this.host.isRunning(instance.id)) await this.host.stop(instance.id, { saveSession: false });
+      await this.host.discardSession(instance.id);
+      return this.bootOutcome(instance, image, shapeOf(instance), 'boot');
+    });
+  }
+
+  /** Running: reboot onto the newest image (files and packages stay). Stopped: drop the saved session. */
+  async upgrade(accountId: string, name: string): Promise<LifecycleAnswer> {
+    const instance = await this.get(accountId, name);
+    if (instance.status === 'running') {
+      const image = this.currentImage();
+      return this.lifecycle(instance, 'upgrade', { status: 'starting' }, async () => {
+        await this.host.stop(instance.id, { saveSession: false });
+        await this.host.discardSession(instance.id);
+        return this.bootOutcome(instance, image, shapeOf(instance), 'boot');
+      });
+    }
+    return this.lifecycle(instance, 'upgrade', {}, async () => {
+      await this.host.discardSession(instance.id);
+      return { update: { sessionSaved: false }, event: null };
+    });
+  }
+
+  async delete(accountId: string, name: string): Promise<LifecycleAnswer> {
+    const instance = await this.get(accountId, name);
+    return this.lifecycle(instance, 'delete', { status: 'deleting', desiredState: 'deleted' }, async () => {
+      await this.host.destroy(instance.id);
+      return { update: {}, event: { type: 'instance.deleted' }, deleted: true };
+    });
+  }
+
+  async rename(accountId: string, name: string, newName: string): Promise<Instance> {
+    const instance = await this.get(accountId, name);
+    if (newName === name) return instance;
+    return this.db.$transaction(async (tx) => {
+      if (await this.stores.instances.findByName(accountId, newName, tx)) throw new KisteError('K02', { param: 'name' });
+      await appendEvent(tx, accountId, {
+        type: 'instance.renamed', resourceType: 'instance', resourceId: instance.id, data: { name: newName, previous_name: name },
+      });
+      return this.stores.instances.update(tx, instance.id, { name: newName }); // the guest follows at its next cold boot
+    });
+  }
+
+  async extend(accountId: string, name: string, ttlSeconds: number): Promise<Instance> {
+    const instance = await this.get(accountId, name);
+    const from = instance.expiresAt ?? this.clock.now();
+    return this.stores.instances.update(this.db, instance.id, { expiresAt: new Date(from.getTime() + ttlSeconds * 1000) });
+  }
+
+  async logs(accountId: string, name: string, lines: number): Promise<string> {
+    const instance = await this.get(accountId, name);
+    return this.host.consoleTail(instance.id, lines);
+  }
+
+  async running(accountId: string, name: string): Promise<Instance> {
+    const instance = await this.get(accountId, name);
+    if (instance.status !== 'running') throw new KisteError('K03', { message: `Instance ${name} is ${instance.status}, not running` });
+    return instance;
+  }
+
+  /** Background: running instances past their deadline stop, with their session when the guest answers. */
+  async expireDue(): Promise<number> {
+    let stopped = 0;
+    for (const instance of await this.stores.instances.expired(this.clock.now())) {
+      try {
+        const claimed = await this.operations.claim(instance, 'expire', { status: 'stopping', desiredState: 'stopped' });
+        await this.operations.run(claimed, async () => {
+          const outcome = await this.stopOutcome(instance, true);
+          return { ...outcome, update: { ...outcome.update, expiresAt: null }, event: { type: 'instance.stopped', data: { reason: 'expired' } } };
+        });
+        stopped++;
+      } catch (error) {
+        if (!(error instanceof KisteError && error.code === 'K05')) throw error;
+      }
+    }
+    return stopped;
+  }
+
+  private async lifecycle(
+    instance: Instance,
+    operation: LifecycleOperation,
+    transitional: Parameters<InstanceOperations['claim']>[2],
+    work: () => Promise<OperationOutcome>,
+  ): Promise<LifecycleAnswer> {
+    const claimed = await this.operations.claim(instance, operation, transitional);
+    const running = this.operations.run(claimed, work);
+    const finished = await this.operations.waitAtMost(running, this.settings.lifecycleWaitMs);
+    if (finished) {
+      const final = await running;
+      return { instance: final ?? claimed, finished: true };
+    }
+    return { instance: (await this.stores.instances.findById(instance.id)) ?? claimed, finished: false };
+  }
+
+  private async insert(
+    accountId: string,
+    requestedName: string | null,
+    shape: MachineShape,
+    operation: 'create' | 'fork',
+    fields: (name: string) => Omit<Parameters<InstanceStore['create']>[1], 'id' | 'accountId' | 'name' | 'status' | 'desiredState' | 'vcpu' | 'memoryMib' | 'diskMib'>,
+  ): Promise<Instance> {
+    const now = this.clock.now();
+    return this.db.$transaction(async (tx) => {
+      await this.stores.accounts.lockForUpdate(tx, accountId);
+      checkNewMachine(this.limits, await this.stores.instances.footprint(accountId, tx), shape);
+      let name = requestedName;
+      if (name && (await this.stores.instances.findByName(accountId, name, tx))) throw new KisteError('K02', { param: 'name' });
+      while (!name || (await this.stores.instances.findByName(accountId, name, tx))) name = generateInstanceName();
+      const created = await this.stores.instances.create(tx, {
+        id: newId(),
+        accountId,
+        name,
+        status: 'starting',
+        desiredState: 'running',
+        ...shape,
+        ...fields(name),
+        operation,
+        operationStartedAt: now,
+        createdAt: now,
+      });
+      await appendEvent(tx, accountId, { type: 'instance.created', resourceType: 'instance', resourceId: created.id, data: { name } });
+      return created;
+    });
+  }
+
+  private async checkCanStart(instance: Instance): Promise<void> {
+    const footprint = await this.stores.instances.footprint(instance.accountId);
+    const others = footprint.runningMachines - (instance.desiredState === 'running' ? 1 : 0);
+    checkStart(this.limits, { ...footprint, runningMachines: others });
+    checkHostCapacity(Math.floor(freemem() / 1048576), instance.memoryMib, this.settings.hostMemoryReserveMib);
+  }
+
+  private async identity(instance: Instance): Promise<GuestIdentity> {
+    const deviceKeys = await this.stores.deviceKeys.list(instance.accountId);
+    const current = (await this.stores.instances.findById(instance.id)) ?? instance;
+    return { hostname: current.name, authorizedKeys: [current.sshPublicKey, ...deviceKeys.map((key) => key.publicKey)] };
+  }
+
+  private async bootOutcome(instance: Instance, image: HostImage, shape: MachineShape, how: 'boot' | 'resume'): Promise<OperationOutcome> {
+    const identity = await this.identity(instance);
+    const started = how === 'resume'
+      ? await this.host.resume(instance.id, shape, image, identity)
+      : await this.host.boot(instance.id, shape, image, identity);
+    return {
+      update: {
+        status: 'running',
+        desiredState: 'running',
+        sessionSaved: false,
+        errorMessage: null,
+        sshHostKeys: started.hostKeys.map((key) => ({ algorithm: key.algorithm, public_key: key.publicKey })),
+        ...(how === 'boot' ? { imageVersion: image.version, artifactKey: image.artifactKey, guestHostname: identity.hostname } : {}),
+      },
+      event: { type: 'instance.running', data: { resumed: how === 'resume' } },
+    };
+  }
+
+  private async stopOutcome(instance: Instance, saveSession: boolean): Promise<OperationOutcome> {
+    const { sessionSaved } = await this.host.stop(instance.id, { saveSession });
+    return {
+      update: { status: 'stopped', desiredState: 'stopped', sessionSaved },
+      event: { type: 'instance.stopped', data: { session_saved: sessionSaved } },
+    };
+  }
+
+  private startedOrFailed(final: Instance | null): Instance {
+    if (!final) throw new KisteError('K01');
+    if (final.status !== 'running') throw new KisteError('K08', { message: `Instance ${final.name} could not be started: ${final.errorMessage ?? 'unknown error'}` });
+    return final;
+  }
+}
+
+function shapeOf(instance: Instance): MachineShape {
+  return { vcpu: instance.vcpu, memoryMib: instance.memoryMib, diskMib: instance.diskMib };
+}
+
+function validKey(key: string): string {
+  try {
+    return parsePublicKey(key).line;
+  } catch (error) {
+    if (error instanceof PublicKeyError) throw new KisteError('A12', { message: `Invalid SSH public key: ${error.message}`, param: 'ssh_public_key' });
+    throw error;
+  }
+}

@@ -1,0 +1,64 @@
+// Instance rows. Every query names the account, except the host-wide ones the background jobs use
+// (reconciliation, expiry), which say so.
+import type { Db, Tx } from './prisma';
+import type { Instance, Prisma } from '../generated/prisma/sqlite/client';
+
+export type { Instance };
+export type InstanceUpdate = Prisma.InstanceUncheckedUpdateInput;
+
+export class InstanceStore {
+  constructor(private readonly db: Db) {}
+
+  /** Newest first. */
+  list(accountId: string): Promise<Instance[]> {
+    return this.db.instance.findMany({ where: { accountId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
+  }
+
+  findByName(accountId: string, name: string, tx: Tx | Db = this.db): Promise<Instance | null> {
+    return tx.instance.findUnique({ where: { accountId_name: { accountId, name } } });
+  }
+
+  findById(id: string): Promise<Instance | null> {
+    return this.db.instance.findUnique({ where: { id } });
+  }
+
+  async footprint(accountId: string, tx: Tx | Db = this.db): Promise<{ machines: number; runningMachines: number; diskMib: number }> {
+    const rows = await tx.instance.findMany({ where: { accountId }, select: { status: true, desiredState: true, diskMib: true } });
+    return {
+      machines: rows.length,
+      runningMachines: rows.filter((row) => row.desiredState === 'running').length,
+      diskMib: rows.reduce((sum, row) => sum + row.diskMib, 0),
+    };
+  }
+
+  create(tx: Tx, data: Prisma.InstanceUncheckedCreateInput): Promise<Instance> {
+    return tx.instance.create({ data });
+  }
+
+  /** Marks a lifecycle operation as running; false when another one already is (K05). */
+  async claimOperation(accountId: string, id: string, operation: string, now: Date): Promise<boolean> {
+    const { count } = await this.db.instance.updateMany({
+      where: { accountId, id, operation: null },
+      data: { operation, operationStartedAt: now },
+    });
+    return count === 1;
+  }
+
+  update(tx: Tx | Db, id: string, data: InstanceUpdate): Promise<Instance> {
+    return tx.instance.update({ where: { id }, data });
+  }
+
+  delete(tx: Tx, id: string): Promise<unknown> {
+    return tx.instance.deleteMany({ where: { id } });
+  }
+
+  /** Host-wide: every instance (reconciliation at start). */
+  all(): Promise<Instance[]> {
+    return this.db.instance.findMany();
+  }
+
+  /** Host-wide: running instances whose deadline has passed. */
+  expired(now: Date): Promise<Instance[]> {
+    return this.db.instance.findMany({ where: { desiredState: 'running', expiresAt: { lte: now }, operation: null } });
+  }
+}
