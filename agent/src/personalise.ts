@@ -1,0 +1,102 @@
+// personalise: host name, root's authorized_keys and (on first boot and after a fork) fresh SSH host
+// keys. All files live under config.root so tests can run it against a temporary directory.
+import { promises as fs } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { HostKey, PersonaliseResult } from '../../src/compute/agent-protocol';
+import { runCommand } from './commands';
+import type { AgentConfig } from './config';
+import { AgentError } from './errors';
+import type { Logger } from './log';
+import { bool, object, str, strings } from './validate';
+
+const HOSTNAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
+
+export async function personalise(raw: unknown, config: AgentConfig, log: Logger): Promise<PersonaliseResult> {
+  const p = object(raw);
+  const hostname = str(p, 'hostname', { max: 253 }) as string;
+  if (!HOSTNAME.test(hostname)) throw new AgentError('bad_request', `invalid host name ${JSON.stringify(hostname)}`);
+  const keys = strings(p, 'authorized_keys', { max: 1000 });
+  for (const key of keys) {
+    if (/[\r\n\0]/.test(key) || key.length > 16384 || key.trim() === '') throw new AgentError('bad_request', 'each authorized key must be one non-empty line');
+  }
+  const regenerate = bool(p, 'regenerate_host_keys');
+  const root = config.root;
+  const env = config.commandEnv;
+
+  await writeAtomic(join(root, 'etc/hostname'), `${hostname}\n`, 0o644);
+  await setHostsEntry(join(root, 'etc/hosts'), hostname);
+  await runCommand('hostname', [hostname], env);
+
+  const sshDir = join(root, 'root/.ssh');
+  await fs.mkdir(sshDir, { recursive: true, mode: 0o700 });
+  await fs.chmod(sshDir, 0o700);
+  await writeAtomic(join(sshDir, 'authorized_keys'), keys.map((k) => `${k.trim()}\n`).join(''), 0o600);
+
+  const sshEtc = join(root, 'etc/ssh');
+  if (regenerate) {
+    await fs.mkdir(sshEtc, { recursive: true });
+    for (const name of await fs.readdir(sshEtc)) {
+      if (/^ssh_host_.*_key(\.pub)?$/.test(name)) await fs.rm(join(sshEtc, name), { force: true });
+    }
+    // -A makes every default key type; -f gives it the root prefix (OpenSSH >= 7.8).
+    await runCommand('ssh-keygen', root === '/' ? ['-A'] : ['-A', '-f', root], env, 300_000);
+    if (await exists(join(root, 'run/systemd/system'))) {
+      try {
+        await runCommand('systemctl', ['reload-or-restart', 'ssh'], env);
+      } catch (error) {
+        // The keys are in place; sshd picks them up at its next start at the latest.
+        log.warn('could not reload ssh', { error: error instanceof Error ? error.message : String(error) });
+      }
+    }
+  }
+  return { hostname, host_keys: await hostKeys(sshEtc) };
+}
+
+export async function hostKeys(sshEtc: string): Promise<HostKey[]> {
+  let names: string[];
+  try {
+    names = await fs.readdir(sshEtc);
+  } catch {
+    return [];
+  }
+  const keys: HostKey[] = [];
+  for (const name of names.filter((n) => /^ssh_host_.*_key\.pub$/.test(n)).sort()) {
+    const [algorithm, blob] = (await fs.readFile(join(sshEtc, name), 'utf8')).trim().split(/\s+/);
+    if (algorithm && blob) keys.push({ algorithm, public_key: `${algorithm} ${blob}` });
+  }
+  return keys;
+}
+
+async function setHostsEntry(path: string, hostname: string): Promise<void> {
+  // Debian maps the host name to 127.0.1.1; without it sudo and others complain.
+  let text: string;
+  try {
+    text = await fs.readFile(path, 'utf8');
+  } catch {
+    text = '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n';
+  }
+  const short = hostname.split('.')[0];
+  const entry = short === hostname ? `127.0.1.1\t${hostname}` : `127.0.1.1\t${hostname} ${short}`;
+  const lines = text.split('\n').filter((line, i, all) => !(i === all.length - 1 && line === ''));
+  const at = lines.findIndex((line) => /^127\.0\.1\.1\s/.test(line));
+  if (at >= 0) lines[at] = entry;
+  else lines.push(entry);
+  await writeAtomic(path, `${lines.join('\n')}\n`, 0o644);
+}
+
+async function writeAtomic(path: string, content: string, mode: number): Promise<void> {
+  await fs.mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.kiste-tmp`;
+  await fs.writeFile(tmp, content, { mode });
+  await fs.chmod(tmp, mode);
+  await fs.rename(tmp, path);
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await fs.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
