@@ -1,0 +1,153 @@
+// Builds the QEMU argv of one machine. Pure: no file system, no process; the same spec always gives
+// the same argv, which matters because a memory restore must start QEMU with exactly the devices
+// the saved state came from (plus `-incoming defer`).
+//
+// Shape of a machine (see the comments at each group below for why):
+//   q35, no default devices, no display; direct kernel boot (kernel + initrd + append);
+//   the disk as a -blockdev qcow2 node named DISK_NODE (QMP addresses it by that name for
+//   snapshots and dirty bitmaps) on a virtio-blk device with qdev id DISK_DEVICE;
+//   virtio-serial with one port named AGENT_PORT_NAME whose host side is a unix socket (server);
+//   user-mode networking (no host forwards) on virtio-net; serial console appended to a file;
+//   QMP on a unix socket; a pid file; optionally guest RAM in a shared file (fast memory sessions).
+/** How guest code runs: hardware virtualisation, or QEMU's binary translator. */
+export type Accelerator = 'kvm' | 'tcg';
+
+/** The virtio-serial port name the guest agent looks for. */
+export const AGENT_PORT_NAME = 'org.kiste.agent';
+/** node-name of the disk's qcow2 format node when QEMU starts (snapshots add new top nodes). */
+export const DISK_NODE = 'disk0';
+/** qdev id of the virtio-blk device: query-block reports it as /machine/peripheral/vda/... */
+export const DISK_DEVICE = 'vda';
+/** Every machine's `-name` is this prefix + its id: how we recognise our QEMU processes. */
+export const PROCESS_NAME_PREFIX = 'kiste-';
+
+// sun_path of a unix socket holds 108 bytes including the terminating NUL.
+const MAX_SOCKET_PATH = 107;
+
+export interface MachineSpec {
+  /** Machine id: letters, digits, '-' and '_' (it is put into QEMU option strings). */
+  id: string;
+  vcpu: number;
+  memoryMib: number;
+  kernel: string;
+  initrd?: string;
+  /** The disk's active qcow2 file (an overlay on the image; after a live snapshot, the newest top). */
+  disk: string;
+  /** Kernel command line, e.g. `root=/dev/vda console=ttyS0`. */
+  appendArgs: string;
+  accelerator: Accelerator;
+  qmpSocket: string;
+  agentSocket: string;
+  serialLog: string;
+  pidFile: string;
+  /** Guest RAM backed by this file (share=on): a memory save then only writes device state. */
+  memoryFile?: string;
+  /** Start waiting for an incoming migration (`migrate-incoming`) instead of booting. */
+  incoming?: boolean;
+}
+
+const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** QEMU option values escape a comma by doubling it (`-blockdev filename=a,,b`). */
+export function optionValue(value: string): string {
+  return value.replace(/,/g, ',,');
+}
+
+export function validateSpec(spec: MachineSpec): void {
+  if (!ID_PATTERN.test(spec.id)) throw new Error(`machine id ${JSON.stringify(spec.id)} must match ${ID_PATTERN}`);
+  if (!Number.isInteger(spec.vcpu) || spec.vcpu < 1) throw new Error(`vcpu must be a positive integer, got ${spec.vcpu}`);
+  if (!Number.isInteger(spec.memoryMib) || spec.memoryMib < 16) throw new Error(`memoryMib must be an integer >= 16, got ${spec.memoryMib}`);
+  for (const [name, path] of [
+    ['kernel', spec.kernel],
+    ['disk', spec.disk],
+    ['qmpSocket', spec.qmpSocket],
+    ['agentSocket', spec.agentSocket],
+    ['serialLog', spec.serialLog],
+    ['pidFile', spec.pidFile],
+    ...(spec.initrd ? [['initrd', spec.initrd]] : []),
+    ...(spec.memoryFile ? [['memoryFile', spec.memoryFile]] : []),
+  ] as const) {
+    // Absolute paths: QEMU resolves relative ones against its own cwd, and exec: migration runs a
+    // shell; a path must mean the same thing to every process that sees it.
+    if (!path.startsWith('/')) throw new Error(`${name} must be an absolute path, got ${JSON.stringify(path)}`);
+    if (/[\0\n]/.test(path)) throw new Error(`${name} contains a NUL or newline`);
+  }
+  for (const [name, path] of [
+    ['qmpSocket', spec.qmpSocket],
+    ['agentSocket', spec.agentSocket],
+  ] as const) {
+    if (Buffer.byteLength(path) > MAX_SOCKET_PATH) throw new Error(`${name} is longer than ${MAX_SOCKET_PATH} bytes (unix socket limit): ${path}`);
+  }
+}
+
+/** The process name (`-name`) of a machine: also what identifies its QEMU in /proc/<pid>/cmdline. */
+export function processName(id: string): string {
+  return `${PROCESS_NAME_PREFIX}${id}`;
+}
+
+export function buildQemuArgs(spec: MachineSpec): string[] {
+  validateSpec(spec);
+  const v = optionValue;
+  const args: string[] = [];
+
+  // Identity first: adoption and orphan reaping read it back from /proc/<pid>/cmdline.
+  args.push('-name', processName(spec.id));
+
+  // No defaults (no VGA, no NIC, no floppy/CD), no user config files, no window. q35 is the modern
+  // PCIe machine; with file-backed RAM the machine's memory comes from the backend object.
+  args.push('-nodefaults', '-no-user-config', '-display', 'none');
+  args.push('-machine', spec.memoryFile ? 'q35,memory-backend=mem' : 'q35');
+  if (spec.accelerator === 'kvm') {
+    args.push('-accel', 'kvm', '-cpu', 'host');
+  } else {
+    // One host thread per vCPU; without thread=multi TCG runs all vCPUs on one thread.
+    args.push('-accel', 'tcg,thread=multi');
+  }
+  args.push('-smp', String(spec.vcpu), '-m', `${spec.memoryMib}M`);
+  if (spec.memoryFile) {
+    // share=on: the guest's RAM pages ARE the file's pages (MAP_SHARED), so with the migration
+    // capability x-ignore-shared a save writes only device state, and the file is the memory image.
+    args.push('-object', `memory-backend-file,id=mem,size=${spec.memoryMib}M,mem-path=${v(spec.memoryFile)},share=on`);
+  }
+
+  // Direct kernel boot: no bootloader in the image, the host picks kernel and command line.
+  args.push('-kernel', spec.kernel);
+  if (spec.initrd) args.push('-initrd', spec.initrd);
+  args.push('-append', spec.appendArgs);
+
+  // Disk: protocol node (the file) + format node (qcow2, which opens its backing chain itself).
+  // Named nodes so that QMP can snapshot (blockdev-snapshot-sync), add dirty bitmaps and run block
+  // jobs on them; the guest sees /dev/vda. discard=unmap: a guest's TRIM gives space back, so
+  // overlays stay as sparse as the guest's data.
+  args.push('-blockdev', `driver=file,node-name=${DISK_NODE}-file,filename=${v(spec.disk)},discard=unmap`);
+  args.push('-blockdev', `driver=qcow2,node-name=${DISK_NODE},file=${DISK_NODE}-file,discard=unmap`);
+  args.push('-device', `virtio-blk-pci,drive=${DISK_NODE},id=${DISK_DEVICE}`);
+
+  // Agent channel: these hosts have no vhost-vsock, so a virtio-serial port. QEMU listens on the
+  // unix socket (server=on) and does not wait for a client (wait=off); the host agent client may
+  // connect and reconnect at any time.
+  args.push('-device', 'virtio-serial-pci,id=vser0');
+  args.push('-chardev', `socket,id=agent,path=${v(spec.agentSocket)},server=on,wait=off`);
+  args.push('-device', `virtserialport,bus=vser0.0,chardev=agent,name=${AGENT_PORT_NAME}`);
+
+  // Outbound network through QEMU's user-mode stack; no hostfwd: nothing of a guest listens on the
+  // host's ports (remote access goes through the agent).
+  args.push('-netdev', 'user,id=net0');
+  args.push('-device', 'virtio-net-pci,netdev=net0');
+
+  // Serial console (ttyS0) to a file. append=on: a restore or a reboot onto the same file must not
+  // truncate it (QEMU's file chardev truncates by default); the logs endpoint reads its tail.
+  args.push('-chardev', `file,id=serial0,path=${v(spec.serialLog)},append=on`);
+  args.push('-serial', 'chardev:serial0');
+
+  // Control: QMP on a unix socket (one client at a time); pid file (QEMU locks it while running and
+  // removes it on a clean exit).
+  args.push('-chardev', `socket,id=qmp,path=${v(spec.qmpSocket)},server=on,wait=off`);
+  args.push('-mon', 'chardev=qmp,mode=control');
+  args.push('-pidfile', spec.pidFile);
+
+  // Restore: bring up the devices, then wait for `migrate-incoming` over QMP (so we can set
+  // migration capabilities first, which `-incoming URI` would not allow).
+  if (spec.incoming) args.push('-incoming', 'defer');
+  return args;
+}

@@ -1,0 +1,33 @@
+// Where one machine's runtime files live: everything in one directory per machine, so that
+// "the machine's directory is gone" is a clear signal that its QEMU (if any) is an orphan, and
+// deleting a machine is one recursive remove. Short names: unix socket paths are limited to 107
+// bytes, so the directory path itself should stay well under ~90 bytes.
+import { join } from 'node:path';
+
+export interface MachineFiles {
+  dir: string;
+  qmpSocket: string;
+  agentSocket: string;
+  /** Guest serial console (ttyS0), appended across boots and restores. */
+  serialLog: string;
+  pidFile: string;
+  /** QEMU's own stdout/stderr (its warnings and fatal errors). */
+  qemuLog: string;
+  /** Guest RAM when the machine runs with file-backed memory. */
+  memoryFile: string;
+  /** Device (and, without file-backed RAM, memory) state of a saved session. */
+  stateFile: string;
+}
+
+export function machineFiles(dir: string): MachineFiles {
+  return {
+    dir,
+    qmpSocket: join(dir, 'qmp.sock'),
+    agentSocket: join(dir, 'agent.sock'),
+    serialLog: join(dir, 'serial.log'),
+    pidFile: join(dir, 'qemu.pid'),
+    qemuLog: join(dir, 'qemu.log'),
+    memoryFile: join(dir, 'memory.ram'),
+    stateFile: join(dir, 'memory.state'),
+  };
+}
