@@ -40,7 +40,7 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         snapshots: false,
         snapshot_storage_mode: 'local',
         remote_snapshot_pull: false,
-        accelerator: 'none',
+        accelerator: services.machineHost.accelerator,
         open_signup: services.config.openSignup,
       },
     },

@@ -43,6 +43,7 @@ export function serviceJobs(services: Services, logger: Logger): BackgroundJobs 
     [
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
       { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat() },
+      { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
     ],
     logger,
   );

@@ -18,6 +18,11 @@ export interface Config {
   signInAttemptsPerMinute: number;
   logLevel: string;
   version: string;
+  /** Host image that stands for the universal image (minimal until the desktop image is built here). */
+  imageProfile: 'minimal' | 'desktop';
+  imagesDir: string;
+  /** auto: probe KVM once, else TCG. */
+  accelerator: 'auto' | 'kvm' | 'tcg';
 }
 
 export class ConfigError extends Error {}
@@ -31,6 +36,12 @@ function positiveInt(name: string, value: string | undefined, fallback: number):
   const parsed = Number(value);
   if (!Number.isInteger(parsed) || parsed <= 0) throw new ConfigError(`${name} must be a positive integer, got "${value}"`);
   return parsed;
+}
+
+function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[], fallback: T): T {
+  if (value === undefined || value === '') return fallback;
+  if (!(allowed as readonly string[]).includes(value)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${value}"`);
+  return value as T;
 }
 
 function parseListen(value: string): { host: string; port: number } {
@@ -80,5 +91,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
     logLevel: env.KISTE_LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
+    imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop'] as const, 'minimal'),
+    imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
+    accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
   };
 }

@@ -9,6 +9,8 @@ import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
 import { createApp } from './http/app';
 import { createServices, Services } from './services';
+import { probeAccelerator } from './compute/qemu';
+import { prepareImage } from './image-preparation';
 
 export interface RunningService {
   server: Server;
@@ -19,7 +21,11 @@ export interface RunningService {
 
 export async function startService(config: Config, logger: Logger): Promise<RunningService> {
   const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
-  const services = createServices(config, database);
+  const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
+  logger.info(accelerator, 'machine accelerator');
+  const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
+  await services.instances.reconcile();
+  void prepareImage(services, config, logger);
   const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
   if (admin) logger.info({ email: admin.email }, 'created the first account from KISTE_ADMIN_EMAIL');
   const app = await createApp(services, logger);
@@ -46,6 +52,8 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
         server.closeIdleConnections();
       });
       await jobs.stop();
+      await Promise.allSettled(services.instances.operations.pending());
+      services.machineHost.detachAll(); // machines keep running; the next start adopts them
       await database.close();
     },
   };

@@ -15,6 +15,10 @@ import { Limits } from './domain/limits';
 import { OAuth } from './domain/oauth';
 import { Platform } from './domain/platform';
 import { SignIn } from './domain/sign-in';
+import { Instances } from './domain/instances';
+import type { Accelerator } from './compute/machine-host';
+import { QemuMachineHost } from './compute/qemu-machine-host';
+import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
 import { ApiTokenStore } from './store/api-tokens';
 import { AccountDeletionStore } from './store/deletions';
@@ -38,12 +42,19 @@ export interface Services {
   oauth: OAuth;
   deletions: AccountDeletions;
   platform: Platform;
+  machineHost: QemuMachineHost;
+  instances: Instances;
   startedAt: Date;
 }
 
 export interface ServiceOptions {
   clock?: Clock;
   deletionSteps?: DeletionSteps;
+  /** The accelerator the server probed (default tcg). */
+  accelerator?: Accelerator;
+  /** How long lifecycle calls wait before answering 202 (spec: 20 s). */
+  lifecycleWaitMs?: number;
+  logger?: { info(object: object, message: string): void; warn(object: object, message: string): void; error(object: object, message: string): void };
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -71,7 +82,15 @@ export function createServices(config: Config, database: Database, options: Serv
     oauthCodes: new OAuthCodeStore(db),
     exportLinks: new ExportLinkStore(db),
     deletions: new AccountDeletionStore(db),
+    instances: new InstanceStore(db),
   };
+  const logger = options.logger ?? { info() {}, warn() {}, error() {} };
+  const machineHost = new QemuMachineHost({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    accelerator: options.accelerator ?? 'tcg',
+    logger,
+  });
   const credentials = new Credentials(stores, installationSecret(config), clock);
   const signIn = new SignIn(db, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
   return {
@@ -88,6 +107,12 @@ export function createServices(config: Config, database: Database, options: Serv
     oauth: new OAuth(db, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(db, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock),
+    machineHost,
+    instances: new Instances(db, stores, machineHost, limits, clock, {
+      imageProfile: config.imageProfile,
+      lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
+      hostMemoryReserveMib: 512,
+    }, logger),
     startedAt: clock.now(),
   };
 }

@@ -73,6 +73,11 @@ export class Instances {
     return instance;
   }
 
+  /** The image version the platform serves now (null while none is built). */
+  latestImageVersion(): string | null {
+    return this.host.currentImage(this.settings.imageProfile)?.version ?? null;
+  }
+
   /** The newest image of this host's universal profile, or K06 while it is still being built. */
   currentImage(): HostImage {
     const image = this.host.currentImage(this.settings.imageProfile);
@@ -221,6 +226,13 @@ export class Instances {
     return instance;
   }
 
+  /** A live usage sample from the guest (409 K03 when it is not running). */
+  async metrics(accountId: string, name: string) {
+    const instance = await this.running(accountId, name);
+    const sample = await this.host.agent(instance.id).metrics();
+    return { ...sample, sampledAt: this.clock.now() };
+  }
+
   /** Background: running instances past their deadline stop, with their session when the guest answers. */
   async expireDue(): Promise<number> {
     let stopped = 0;
@@ -237,6 +249,37 @@ export class Instances {
       }
     }
     return stopped;
+  }
+
+  /**
+   * At start: makes the rows true again after the service died. Running machines are adopted;
+   * an operation cut short is finished (stop, delete) or rolled back to what the host really has;
+   * machine files no row knows are removed (no orphans).
+   */
+  async reconcile(): Promise<void> {
+    const rows = await this.stores.instances.all();
+    for (const row of rows) {
+      const alive = await this.host.adopt(row.id).catch(() => false);
+      if (row.operation === 'delete' || row.desiredState === 'deleted') {
+        await this.operations.run(row, async () => {
+          await this.host.destroy(row.id);
+          return { update: {}, event: { type: 'instance.deleted' }, deleted: true };
+        });
+        continue;
+      }
+      if (row.operation || (row.status === 'running') !== alive) {
+        const sessionSaved = !alive && (await this.host.hasSession(row.id));
+        await this.operations.run(row, async () =>
+          alive
+            ? { update: { status: 'running', desiredState: 'running' }, event: row.status === 'running' ? null : { type: 'instance.running', data: { adopted: true } } }
+            : row.operation === 'create' || row.operation === 'fork'
+              ? { update: { status: 'error', errorMessage: 'interrupted by a service restart' }, event: { type: 'instance.error', data: { message: 'interrupted by a service restart' } } }
+              : { update: { status: 'stopped', desiredState: 'stopped', sessionSaved }, event: { type: 'instance.stopped', data: { session_saved: sessionSaved, reason: 'service_restart' } } },
+        );
+      }
+    }
+    const known = new Set(rows.map((row) => row.id));
+    for (const id of await this.host.knownMachineIds()) if (!known.has(id)) await this.host.destroy(id);
   }
 
   private async lifecycle(

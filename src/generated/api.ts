@@ -3012,7 +3012,7 @@ export interface components {
         /** @description Image ID, slug or name. */
         ImageId: string;
         /** @description Instance name. */
-        InstanceName: string;
+        InstanceName: components["schemas"]["InstanceName"];
         /** @description Page size. */
         Limit: number;
         /** @description CLI client id. */

@@ -7,15 +7,22 @@ import { handler as ConsoleApprovePage } from '../../handlers/ConsoleApprovePage
 import { handler as ConsoleLoginPage } from '../../handlers/ConsoleLoginPage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
 import { handler as CreateExport } from '../../handlers/CreateExport';
+import { handler as CreateInstance } from '../../handlers/CreateInstance';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
 import { handler as DeleteApiToken } from '../../handlers/DeleteApiToken';
 import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
+import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
 import { handler as DownloadExport } from '../../handlers/DownloadExport';
+import { handler as ExtendInstance } from '../../handlers/ExtendInstance';
+import { handler as ForkInstance } from '../../handlers/ForkInstance';
 import { handler as GetAccountDeletion } from '../../handlers/GetAccountDeletion';
 import { handler as GetApiToken } from '../../handlers/GetApiToken';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
 import { handler as GetErrorDoc } from '../../handlers/GetErrorDoc';
+import { handler as GetInstance } from '../../handlers/GetInstance';
+import { handler as GetInstanceLogs } from '../../handlers/GetInstanceLogs';
+import { handler as GetInstanceMetrics } from '../../handlers/GetInstanceMetrics';
 import { handler as GetMe } from '../../handlers/GetMe';
 import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument';
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
@@ -23,15 +30,21 @@ import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as Healthz } from '../../handlers/Healthz';
 import { handler as ListApiTokens } from '../../handlers/ListApiTokens';
 import { handler as ListDeviceKeys } from '../../handlers/ListDeviceKeys';
+import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListSessions } from '../../handlers/ListSessions';
 import { handler as Login } from '../../handlers/Login';
 import { handler as Logout } from '../../handlers/Logout';
 import { handler as OAuthAuthorize } from '../../handlers/OAuthAuthorize';
 import { handler as OAuthAuthorizeDecision } from '../../handlers/OAuthAuthorizeDecision';
 import { handler as OAuthToken } from '../../handlers/OAuthToken';
+import { handler as RenameInstance } from '../../handlers/RenameInstance';
+import { handler as RestartInstance } from '../../handlers/RestartInstance';
+import { handler as ResumeInstance } from '../../handlers/ResumeInstance';
 import { handler as RevokeAllSessions } from '../../handlers/RevokeAllSessions';
 import { handler as SignUp } from '../../handlers/SignUp';
+import { handler as StopInstance } from '../../handlers/StopInstance';
 import { handler as UnlockSignIn } from '../../handlers/UnlockSignIn';
+import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 
 export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   AddDeviceKey,
@@ -39,15 +52,22 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ConsoleLoginPage,
   CreateApiToken,
   CreateExport,
+  CreateInstance,
   DeleteAccount,
   DeleteApiToken,
   DeleteDeviceKey,
+  DeleteInstance,
   DeleteSession,
   DownloadExport,
+  ExtendInstance,
+  ForkInstance,
   GetAccountDeletion,
   GetApiToken,
   GetConsoleSession,
   GetErrorDoc,
+  GetInstance,
+  GetInstanceLogs,
+  GetInstanceMetrics,
   GetMe,
   GetOpenApiDocument,
   GetPlatformStatus,
@@ -55,13 +75,19 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   Healthz,
   ListApiTokens,
   ListDeviceKeys,
+  ListInstances,
   ListSessions,
   Login,
   Logout,
   OAuthAuthorize,
   OAuthAuthorizeDecision,
   OAuthToken,
+  RenameInstance,
+  RestartInstance,
+  ResumeInstance,
   RevokeAllSessions,
   SignUp,
+  StopInstance,
   UnlockSignIn,
+  UpgradeInstance,
 };

@@ -53,6 +53,8 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
     }
     if (body !== undefined) validateBody(meta.operationId, body);
   }
+  refuseNulCharacters({ ...parameters.path, ...parameters.query }, '');
+  refuseNulCharacters(body, '');
 
   const handler = handlers[meta.operationId as keyof typeof handlers] as unknown as (ctx: unknown) => Promise<AnyHandlerResult>;
   let result: AnyHandlerResult;
@@ -158,6 +160,23 @@ function drainedOrClosed(res: Response): Promise<void> {
     res.on('drain', done);
     res.on('close', done);
   });
+}
+
+/**
+ * No stored or passed-on text may hold U+0000: PostgreSQL text refuses it and C strings (argv, env,
+ * file names in the guest) end at it. One rule for every field, after the spec's own validation.
+ */
+function refuseNulCharacters(value: unknown, path: string): void {
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) throw new KisteError('P01', { message: `Field '${path || 'body'}' contains a NUL character`, param: path || null });
+  } else if (Array.isArray(value)) {
+    value.forEach((item, index) => refuseNulCharacters(item, `${path}[${index}]`));
+  } else if (value && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) {
+      refuseNulCharacters(key, path);
+      refuseNulCharacters(item, path ? `${path}.${key}` : key);
+    }
+  }
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {

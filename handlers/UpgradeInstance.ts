@@ -1,0 +1,7 @@
+import type { Handler } from '../src/http/handler';
+import { presentInstance } from './present-instance';
+
+export const handler: Handler<'UpgradeInstance'> = async ({ auth, services, params }) => {
+  const { instance, finished } = await services.instances.upgrade(auth.accountId, params.name);
+  return { status: finished ? 200 : 202, body: presentInstance(instance, services.instances.latestImageVersion()) };
+};

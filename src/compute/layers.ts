@@ -1,0 +1,49 @@
+// Where disk layers live and which machine's chain uses which. Every qcow2 layer of every machine
+// is a file in one folder, so a live fork can make the source's old top the shared backing of
+// both machines without either machine's folder owning it. A layer is removed only when no
+// remaining machine's chain uses it (images are never removed here).
+import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { backingChain } from './qemu';
+
+export interface DiskState {
+  /** File name (in the layers folder) of the machine's active top layer. */
+  active: string;
+  /** SSH host keys were generated on this disk. */
+  hostKeysGenerated: boolean;
+}
+
+export class LayerStore {
+  constructor(readonly dir: string) {}
+
+  path(name: string): string {
+    return join(this.dir, name);
+  }
+
+  readState(machineDir: string): DiskState | null {
+    const file = join(machineDir, 'disk.json');
+    return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as DiskState) : null;
+  }
+
+  /** Written atomically: a crash leaves the old or the new state, never half of one. */
+  writeState(machineDir: string, state: DiskState): void {
+    const file = join(machineDir, 'disk.json');
+    writeFileSync(`${file}.tmp`, JSON.stringify(state));
+    renameSync(`${file}.tmp`, file);
+  }
+
+  /** Files (absolute) of a chain that are layers, top first. */
+  async layersOf(active: string): Promise<string[]> {
+    const chain = await backingChain(this.path(active));
+    return chain.map((layer) => layer.filename).filter((file) => file.startsWith(this.dir + '/'));
+  }
+
+  /** Removes the layers of `active`'s chain that none of `keep` (other machines' active layers) use. */
+  async release(active: string, keep: string[]): Promise<void> {
+    const used = new Set<string>();
+    for (const other of keep) for (const file of await this.layersOf(other).catch(() => [])) used.add(file);
+    for (const file of await this.layersOf(active).catch(() => [this.path(active)])) {
+      if (!used.has(file)) rmSync(file, { force: true });
+    }
+  }
+}

@@ -1,0 +1,38 @@
+// At start the service uses the newest built image and, when there is none yet, builds it in the
+// background: the API answers meanwhile, and creates get a retryable K06 with the build's step.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { buildImage } from '../images';
+import type { Config } from './config';
+import type { Services } from './services';
+
+export const AGENT_BUNDLE = join(__dirname, '..', 'agent', 'dist', 'kiste-agent.js');
+
+export async function prepareImage(services: Services, config: Config, logger: Logger): Promise<void> {
+  const profile = config.imageProfile;
+  const host = services.machineHost;
+  if (await host.refreshImage(profile)) return;
+  const agentBundle = [AGENT_BUNDLE, join(__dirname, '..', '..', 'agent', 'dist', 'kiste-agent.js')].find((path) => existsSync(path));
+  if (!agentBundle) {
+    host.setBuildState(profile, { state: 'failed', step: null, error: 'the guest agent is not built (npm run build:agent)' });
+    return;
+  }
+  try {
+    host.setBuildState(profile, { state: 'building', step: 'starting', error: null });
+    const built = await buildImage({
+      profile,
+      outDir: config.imagesDir,
+      agentBundle,
+      onProgress: (progress) => {
+        host.setBuildState(profile, { state: 'building', step: `${progress.index}/${progress.total} ${progress.label}`, error: null });
+        if (progress.phase !== 'update') logger.info({ profile, step: progress.step, phase: progress.phase }, 'image build');
+      },
+    });
+    logger.info({ profile, version: built.version }, 'image ready');
+    await host.refreshImage(profile);
+  } catch (error) {
+    logger.error({ err: error, profile }, 'image build failed');
+    host.setBuildState(profile, { state: 'failed', step: null, error: error instanceof Error ? error.message : String(error) });
+  }
+}

@@ -1,0 +1,112 @@
+// Machines for real: the minimal image booted under QEMU (TCG here), driven through the HTTP API.
+// create → stop with session → resume (a process started before the stop still runs) → fork
+// (independent disk) → rename → logs, metrics → K05 → delete (no process, no disk left).
+import { existsSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildImage } from '../../images';
+import { listQemuProcesses } from '../../src/compute/qemu';
+import { buildAgentBundle } from '../agent/harness';
+import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
+
+jest.setTimeout(900_000);
+
+const IMAGE_DIR = process.env.KISTE_IMAGE_DIR ?? join(tmpdir(), 'kiste-image-cache');
+const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
+
+async function guestRun(t: TestService, instanceId: string, script: string): Promise<{ stdout: string; exitCode: number }> {
+  const handle = await t.services.machineHost.agent(instanceId).exec({ argv: ['sh', '-c', script] });
+  let stdout = '';
+  for await (const chunk of handle) if (chunk.stream === 'stdout') stdout += chunk.data.toString('utf8');
+  return { stdout, exitCode: (await handle.exit).exit_code };
+}
+
+describe('machine lifecycle on the minimal image', () => {
+  let t: TestService;
+  let key: string;
+
+  beforeAll(async () => {
+    const agentBundle = buildAgentBundle();
+    await buildImage({ profile: 'minimal', outDir: IMAGE_DIR, agentBundle });
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
+    expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
+    key = await apiKeyFor(t, await createAccount(t));
+  });
+
+  afterAll(async () => {
+    if (!t) return;
+    for (const id of await t.services.machineHost.knownMachineIds()) await t.services.machineHost.destroy(id);
+    await t.close();
+  });
+
+  it('runs the whole state table', async () => {
+    const created = await t.api.post('/v1/instances').set(bearer(key))
+      .send({ profile: 'desktop', name: 'alpha', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY })
+      .expect(200);
+    expect(created.body).toMatchObject({ name: 'alpha', status: 'running', session_saved: false, update_available: false });
+    const id = created.body.id as string;
+    expect((await guestRun(t, id, 'hostname')).stdout.trim()).toBe('alpha');
+    expect((await guestRun(t, id, 'cat /root/.ssh/authorized_keys')).stdout).toContain(SSH_KEY.split(' ')[1]);
+
+    const list = await t.api.get('/v1/instances').set(bearer(key)).expect(200);
+    expect(list.body.data.map((i: { name: string }) => i.name)).toEqual(['alpha']);
+    const duplicate = await t.api.post('/v1/instances').set(bearer(key))
+      .send({ profile: 'desktop', name: 'alpha', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY }).expect(409);
+    expect(duplicate.body.error.code).toBe('K02');
+
+    const metrics = await t.api.get('/v1/instances/alpha/metrics').set(bearer(key)).expect(200);
+    expect(metrics.body.cpu.cores).toBe(1);
+    expect(metrics.body.memory.total_mib).toBeGreaterThan(500);
+    const logs = await t.api.get('/v1/instances/alpha/logs?tail=50').set(bearer(key)).expect(200);
+    expect(logs.body.logs.split('\n').length).toBeLessThanOrEqual(51);
+    expect(logs.body.logs.length).toBeGreaterThan(0);
+
+    // A process started before a stop with session still runs after resume.
+    await guestRun(t, id, 'setsid sleep 100000 > /dev/null 2>&1 < /dev/null & echo $! > /tmp/sleeper');
+    const stopped = await t.api.post('/v1/instances/alpha/stop').set(bearer(key)).send({ snapshot: true }).expect(200);
+    expect(stopped.body).toMatchObject({ status: 'stopped', session_saved: true });
+    await t.api.get('/v1/instances/alpha/metrics').set(bearer(key)).expect(409);
+    const resumed = await t.api.post('/v1/instances/alpha/resume').set(bearer(key)).expect(200);
+    expect(resumed.body).toMatchObject({ status: 'running', session_saved: false });
+    expect((await guestRun(t, id, 'kill -0 "$(cat /tmp/sleeper)" && echo alive')).stdout.trim()).toBe('alive');
+
+    // Fork: the copy boots fresh on a copy-on-write disk; what it writes stays its own.
+    const fork = await t.api.post('/v1/instances/alpha/fork').set(bearer(key)).send({ name: 'beta' });
+    if (fork.status !== 200) throw new Error(JSON.stringify(fork.body));
+    expect(fork.body).toMatchObject({ name: 'beta', status: 'running', expires_at: null });
+    await guestRun(t, fork.body.id, 'echo from-fork > /root/fork-only && sync');
+    expect((await guestRun(t, id, 'test -e /root/fork-only; echo $?')).stdout.trim()).toBe('1');
+    expect((await guestRun(t, fork.body.id, 'cat /root/fork-only')).stdout.trim()).toBe('from-fork');
+
+    // A second lifecycle request while one runs: 409 K05.
+    const first = t.api.post('/v1/instances/beta/restart').set(bearer(key)).then((res) => res);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const busy = await t.api.post('/v1/instances/beta/stop').set(bearer(key)).expect(409);
+    expect(busy.body.error.code).toBe('K05');
+    // A restart is a cold boot: past 20 s the answer is 202 and the work goes on; instance.running marks the end.
+    const restarted = await first;
+    expect([200, 202]).toContain(restarted.status);
+    for (let waited = 0; restarted.status === 202; waited += 1000) {
+      if (waited > 180_000) throw new Error('restart did not finish');
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      if ((await t.api.get('/v1/instances/beta').set(bearer(key)).expect(200)).body.status === 'running') break;
+    }
+
+    const renamed = await t.api.post('/v1/instances/beta/rename').set(bearer(key)).send({ name: 'gamma' }).expect(200);
+    expect(renamed.body.name).toBe('gamma');
+    const extended = await t.api.post('/v1/instances/gamma/extend').set(bearer(key)).send({ ttl_seconds: 3600 }).expect(200);
+    expect(Date.parse(extended.body.expires_at) - Date.now()).toBeGreaterThan(3500_000);
+
+    for (const name of ['alpha', 'gamma']) {
+      const deleted = await t.api.delete(`/v1/instances/${name}`).set(bearer(key)).expect(200);
+      expect(deleted.body.name).toBe(name);
+    }
+    await t.api.get('/v1/instances/alpha').set(bearer(key)).expect(404);
+    expect(listQemuProcesses().filter((p) => p.machineId === id || p.machineId === fork.body.id)).toEqual([]);
+    const machinesDir = join(t.config.dataDir, 'machines');
+    expect(existsSync(machinesDir) ? readdirSync(machinesDir) : []).toEqual([]);
+    expect(readdirSync(join(t.config.dataDir, 'layers'))).toEqual([]);
+    const events = await t.services.database.prisma.event.findMany({ where: { resourceId: id }, orderBy: { sequence: 'asc' } });
+    expect(events.map((event) => event.type)).toEqual(['instance.created', 'instance.running', 'instance.stopped', 'instance.running', 'instance.deleted']);
+  });
+});
