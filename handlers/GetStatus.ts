@@ -32,8 +32,8 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         ssh_tunnels: 0,
       },
       features: {
-        native_exec_stream: false,
-        command_interrupt: false,
+        native_exec_stream: true,
+        command_interrupt: true,
         event_watch: false,
         hosted_http: false,
         hosted_websocket: false,

@@ -1,5 +1,7 @@
-// At start the service uses the newest built image and, when there is none yet, builds it in the
-// background: the API answers meanwhile, and creates get a retryable K06 with the build's step.
+// At start the service uses the newest built image at once and builds in the background: when
+// nothing changed the build reuses the published version (under a second), a new agent bundle or
+// recipe gives a new version (seconds with the root filesystem cached), and without any image yet
+// creates get a retryable K06 naming the build's step meanwhile.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -12,7 +14,7 @@ export const AGENT_BUNDLE = join(__dirname, '..', 'agent', 'dist', 'kiste-agent.
 export async function prepareImage(services: Services, config: Config, logger: Logger): Promise<void> {
   const profile = config.imageProfile;
   const host = services.machineHost;
-  if (await host.refreshImage(profile)) return;
+  await host.refreshImage(profile);
   const agentBundle = [AGENT_BUNDLE, join(__dirname, '..', '..', 'agent', 'dist', 'kiste-agent.js')].find((path) => existsSync(path));
   if (!agentBundle) {
     host.setBuildState(profile, { state: 'failed', step: null, error: 'the guest agent is not built (npm run build:agent)' });

@@ -16,6 +16,7 @@ import { OAuth } from './domain/oauth';
 import { Platform } from './domain/platform';
 import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
+import { Commands } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { QemuMachineHost } from './compute/qemu-machine-host';
 import { InstanceStore } from './store/instances';
@@ -44,6 +45,7 @@ export interface Services {
   platform: Platform;
   machineHost: QemuMachineHost;
   instances: Instances;
+  commands: Commands;
   startedAt: Date;
 }
 
@@ -92,6 +94,11 @@ export function createServices(config: Config, database: Database, options: Serv
     logger,
   });
   const credentials = new Credentials(stores, installationSecret(config), clock);
+  const instances = new Instances(db, stores, machineHost, limits, clock, {
+    imageProfile: config.imageProfile,
+    lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
+    hostMemoryReserveMib: 512,
+  }, logger);
   const signIn = new SignIn(db, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
   return {
     config,
@@ -108,11 +115,8 @@ export function createServices(config: Config, database: Database, options: Serv
     deletions: new AccountDeletions(db, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock),
     machineHost,
-    instances: new Instances(db, stores, machineHost, limits, clock, {
-      imageProfile: config.imageProfile,
-      lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
-      hostMemoryReserveMib: 512,
-    }, logger),
+    instances,
+    commands: new Commands(db, instances, machineHost, clock),
     startedAt: clock.now(),
   };
 }

@@ -14,10 +14,12 @@ import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
 import { handler as DownloadExport } from '../../handlers/DownloadExport';
+import { handler as ExecInstance } from '../../handlers/ExecInstance';
 import { handler as ExtendInstance } from '../../handlers/ExtendInstance';
 import { handler as ForkInstance } from '../../handlers/ForkInstance';
 import { handler as GetAccountDeletion } from '../../handlers/GetAccountDeletion';
 import { handler as GetApiToken } from '../../handlers/GetApiToken';
+import { handler as GetCommand } from '../../handlers/GetCommand';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
 import { handler as GetErrorDoc } from '../../handlers/GetErrorDoc';
 import { handler as GetInstance } from '../../handlers/GetInstance';
@@ -28,7 +30,9 @@ import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
 import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as Healthz } from '../../handlers/Healthz';
+import { handler as InterruptCommand } from '../../handlers/InterruptCommand';
 import { handler as ListApiTokens } from '../../handlers/ListApiTokens';
+import { handler as ListCommands } from '../../handlers/ListCommands';
 import { handler as ListDeviceKeys } from '../../handlers/ListDeviceKeys';
 import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListSessions } from '../../handlers/ListSessions';
@@ -59,10 +63,12 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   DeleteInstance,
   DeleteSession,
   DownloadExport,
+  ExecInstance,
   ExtendInstance,
   ForkInstance,
   GetAccountDeletion,
   GetApiToken,
+  GetCommand,
   GetConsoleSession,
   GetErrorDoc,
   GetInstance,
@@ -73,7 +79,9 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetPlatformStatus,
   GetStatus,
   Healthz,
+  InterruptCommand,
   ListApiTokens,
+  ListCommands,
   ListDeviceKeys,
   ListInstances,
   ListSessions,

@@ -54,6 +54,35 @@ describe('machine lifecycle on the minimal image', () => {
       .send({ profile: 'desktop', name: 'alpha', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY }).expect(409);
     expect(duplicate.body.error.code).toBe('K02');
 
+    // exec over HTTP: ordered NDJSON, exit codes, timeouts, idempotent ids, command records.
+    const execLines = (res: { text: string }) => res.text.trim().split('\n').map((line) => JSON.parse(line));
+    const commandId = '0f0e0d0c-0b0a-4908-8706-050403020100';
+    const ran = await t.api.post('/v1/instances/alpha/exec').set(bearer(key))
+      .send({ id: commandId, argv: ['sh', '-c', 'echo out; echo err >&2; exit 3'] }).expect(200);
+    const streamed = execLines(ran);
+    expect(streamed[0]).toEqual({ type: 'started', id: commandId, instance: 'alpha' });
+    const output = streamed.filter((e) => e.type === 'output');
+    expect(output.map((e) => e.sequence)).toEqual(output.map((_, i) => i));
+    expect(output.filter((e) => e.stream === 'stdout').map((e) => Buffer.from(e.data_base64, 'base64').toString()).join('')).toBe('out\n');
+    expect(output.filter((e) => e.stream === 'stderr').map((e) => Buffer.from(e.data_base64, 'base64').toString()).join('')).toBe('err\n');
+    expect(streamed.at(-1)).toMatchObject({ type: 'completed', exit_code: 3, status: 'exited', stdout_bytes: 4, stderr_bytes: 4, signal: null });
+    const again = execLines(await t.api.post('/v1/instances/alpha/exec').set(bearer(key))
+      .send({ id: commandId, argv: ['sh', '-c', 'echo out; echo err >&2; exit 3'] }).expect(200));
+    expect(again.map((e) => e.type)).toEqual(['started', 'completed']); // recorded, not run again
+    expect(again[1]).toMatchObject({ exit_code: 3, status: 'exited' });
+    const conflict = await t.api.post('/v1/instances/alpha/exec').set(bearer(key)).send({ id: commandId, argv: ['true'] }).expect(409);
+    expect(conflict.body.error.code).toBe('P11');
+    const slow = execLines(await t.api.post('/v1/instances/alpha/exec').set(bearer(key)).send({ argv: ['sleep', '30'], timeout_ms: 500 }).expect(200));
+    expect(slow.at(-1)).toMatchObject({ type: 'completed', status: 'timed_out' });
+    const missing = execLines(await t.api.post('/v1/instances/alpha/exec').set(bearer(key)).send({ argv: ['/no/such/program'] }).expect(200));
+    expect(missing.at(-1)).toMatchObject({ type: 'failed' });
+    const commands = await t.api.get('/v1/instances/alpha/commands').set(bearer(key)).expect(200);
+    expect(commands.body.data.length).toBe(3);
+    const record = await t.api.get(`/v1/instances/alpha/commands/${commandId}`).set(bearer(key)).expect(200);
+    expect(record.body).toMatchObject({ status: 'finished', completion_status: 'exited', exit_code: 3, stdout_bytes: 4 });
+    const late = await t.api.post(`/v1/instances/alpha/commands/${commandId}/interrupt`).set(bearer(key)).send({}).expect(200);
+    expect(late.body.accepted).toBe(false);
+
     const metrics = await t.api.get('/v1/instances/alpha/metrics').set(bearer(key)).expect(200);
     expect(metrics.body.cpu.cores).toBe(1);
     expect(metrics.body.memory.total_mib).toBeGreaterThan(500);

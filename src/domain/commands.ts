@@ -1,0 +1,167 @@
+// Commands run in an instance: exec streams ordered output and ends with a completion; each run is
+// a record (counts and outcome, never the output). A client-chosen id makes exec idempotent: the
+// same id with the same request answers the recorded outcome instead of running again. A client
+// that goes away, or an interrupt, cancels the command.
+import { createHash } from 'node:crypto';
+import { KisteError } from '../errors';
+import { AgentCallError } from '../compute/agent-client';
+import type { MachineHost } from '../compute/machine-host';
+import { appendEvent } from '../store/events';
+import type { Db } from '../store/prisma';
+import type { Command } from '../generated/prisma/sqlite/client';
+import type { Clock } from './clock';
+import type { Instances } from './instances';
+import { newId } from './secrets';
+
+export type { Command };
+
+/** Output a command may write before it is stopped (output_limit_exceeded). */
+export const OUTPUT_LIMIT_BYTES = 256 * 1024 * 1024;
+
+export interface ExecInput {
+  argv: string[];
+  cwd?: string | null;
+  env?: Record<string, string>;
+  id?: string | null;
+  timeoutMs?: number;
+}
+
+export type ExecEvent =
+  | { type: 'started'; id: string; instance: string }
+  | { type: 'output'; id: string; sequence: number; stream: 'stdout' | 'stderr'; data_base64: string }
+  | {
+      type: 'completed'; id: string; instance: string; exit_code: number; status: 'exited' | 'signaled' | 'timed_out' | 'cancelled' | 'output_limit_exceeded';
+      duration_ms: number; stdout_bytes: number; stderr_bytes: number; signal: number | null;
+    }
+  | { type: 'failed'; id: string; instance: string; message: string };
+
+export class Commands {
+  /** Cancel functions of commands running in this process. */
+  private readonly cancels = new Map<string, () => void>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly instances: Instances,
+    private readonly host: MachineHost,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Checks and records the command, then streams it. Errors before the stream are thrown here. */
+  async exec(accountId: string, name: string, input: ExecInput, clientGone: AbortSignal): Promise<AsyncIterable<ExecEvent>> {
+    const instance = await this.instances.running(accountId, name);
+    const id = input.id ?? newId();
+    const requestHash = hashRequest(input);
+    const existing = await this.db.command.findUnique({ where: { id } });
+    if (existing) {
+      if (existing.accountId !== accountId || existing.instanceId !== instance.id || existing.requestHash !== requestHash) {
+        throw new KisteError('P11', { message: 'This command id was used for a different request', param: 'id' });
+      }
+      if (existing.status === 'running') throw new KisteError('P11', { message: 'A command with this id is still running', param: 'id' });
+      return replay(existing, name);
+    }
+    const record = await this.db.$transaction(async (tx) => {
+      const created = await tx.command.create({
+        data: { id, accountId, instanceId: instance.id, requestHash, status: 'running', startedAt: this.clock.now() },
+      });
+      await appendEvent(tx, accountId, { type: 'command.started', resourceType: 'command', resourceId: id, data: { instance: name } });
+      return created;
+    });
+    return this.stream(record, name, input, clientGone);
+  }
+
+  list(accountId: string, instanceId: string): Promise<Command[]> {
+    return this.db.command.findMany({ where: { accountId, instanceId }, orderBy: [{ startedAt: 'desc' }, { id: 'desc' }] });
+  }
+
+  async get(accountId: string, instanceId: string, id: string): Promise<Command> {
+    const command = await this.db.command.findFirst({ where: { accountId, instanceId, id } });
+    if (!command) throw new KisteError('C01', { param: 'id' });
+    return command;
+  }
+
+  /** Asks a running command to stop (status cancelled); false when it had already finished. */
+  async interrupt(accountId: string, instanceId: string, id: string): Promise<{ accepted: boolean; command: Command }> {
+    const command = await this.get(accountId, instanceId, id);
+    const cancel = this.cancels.get(id);
+    if (command.status !== 'running' || !cancel) return { accepted: false, command };
+    const updated = await this.db.command.update({ where: { id }, data: { cancelRequestedAt: this.clock.now() } });
+    cancel();
+    return { accepted: true, command: updated };
+  }
+
+  private async *stream(record: Command, name: string, input: ExecInput, clientGone: AbortSignal): AsyncIterable<ExecEvent> {
+    const id = record.id;
+    yield { type: 'started', id, instance: name };
+    let handle;
+    try {
+      handle = await this.host.agent(record.instanceId).exec({
+        argv: input.argv,
+        cwd: input.cwd ?? null,
+        env: input.env,
+        timeout_ms: input.timeoutMs ?? 0,
+        output_limit_bytes: OUTPUT_LIMIT_BYTES,
+      });
+    } catch (error) {
+      const message = error instanceof AgentCallError || error instanceof Error ? error.message : String(error);
+      await this.finish(record, { status: 'failed', errorMessage: message }, name);
+      yield { type: 'failed', id, instance: name, message };
+      return;
+    }
+    const exec = handle;
+    const cancel = () => void exec.cancel().catch(() => undefined);
+    this.cancels.set(id, cancel);
+    clientGone.addEventListener('abort', cancel);
+    try {
+      let sequence = 0;
+      for await (const chunk of exec) {
+        if (clientGone.aborted) continue; // drain: the command is being cancelled
+        yield { type: 'output', id, sequence: sequence++, stream: chunk.stream, data_base64: chunk.data.toString('base64') };
+      }
+      const exit = await exec.exit;
+      const completed = {
+        type: 'completed' as const, id, instance: name, exit_code: exit.exit_code, status: exit.status,
+        duration_ms: exit.duration_ms, stdout_bytes: exit.stdout_bytes, stderr_bytes: exit.stderr_bytes, signal: exit.signal,
+      };
+      await this.finish(record, {
+        status: 'finished', completionStatus: exit.status, exitCode: exit.exit_code, signal: exit.signal,
+        durationMs: BigInt(exit.duration_ms), stdoutBytes: BigInt(exit.stdout_bytes), stderrBytes: BigInt(exit.stderr_bytes),
+      }, name);
+      yield completed;
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      await this.finish(record, { status: 'failed', errorMessage: message }, name);
+      yield { type: 'failed', id, instance: name, message };
+    } finally {
+      clientGone.removeEventListener('abort', cancel);
+      this.cancels.delete(id);
+    }
+  }
+
+  private async finish(record: Command, data: Parameters<Db['command']['update']>[0]['data'], name: string): Promise<void> {
+    await this.db.$transaction(async (tx) => {
+      await tx.command.update({ where: { id: record.id }, data: { ...data, finishedAt: this.clock.now() } });
+      await appendEvent(tx, record.accountId, {
+        type: 'command.completed', resourceType: 'command', resourceId: record.id, data: { instance: name, status: data.completionStatus ?? data.status },
+      });
+    });
+  }
+}
+
+function hashRequest(input: ExecInput): string {
+  return createHash('sha256')
+    .update(JSON.stringify([input.argv, input.cwd ?? null, Object.entries(input.env ?? {}).sort(), input.timeoutMs ?? 0]))
+    .digest('hex');
+}
+
+async function* replay(command: Command, name: string): AsyncIterable<ExecEvent> {
+  yield { type: 'started', id: command.id, instance: name };
+  if (command.status === 'failed' || command.completionStatus === null) {
+    yield { type: 'failed', id: command.id, instance: name, message: command.errorMessage ?? 'the command failed' };
+    return;
+  }
+  yield {
+    type: 'completed', id: command.id, instance: name, exit_code: command.exitCode ?? 0,
+    status: command.completionStatus as 'exited', duration_ms: Number(command.durationMs ?? 0),
+    stdout_bytes: Number(command.stdoutBytes ?? 0), stderr_bytes: Number(command.stderrBytes ?? 0), signal: command.signal,
+  };
+}

@@ -1,0 +1,63 @@
+// The parts of the image pipeline that need neither root nor QEMU: versions, hashes, profiles.
+import { canonicalJson, contentHash, imageVersion, recipeHash } from '../../images/build-image';
+import { AGENT_GUEST_PATH, AGENT_PORT_NAME } from '../../images/profiles/base';
+import { getProfile, PROFILES } from '../../images/profiles';
+
+describe('image versions', () => {
+  test('vYYYY.MM.DD-hash8 with the UTC build date', () => {
+    expect(imageVersion(new Date('2026-01-02T23:59:59Z'), '0123abcd')).toBe('v2026.01.02-0123abcd');
+    expect(imageVersion(new Date('2026-12-31T00:00:00+02:00'), 'ffffffff')).toBe('v2026.12.30-ffffffff');
+  });
+
+  test('the hash depends on recipe, package versions and agent bytes only', () => {
+    const minimal = getProfile('minimal');
+    const packages = ['nodejs=18.20.4+dfsg-1~deb12u1', 'bash=5.2.15-2+b7'];
+    const agent = Buffer.from('console.log(1)\n');
+    const h = contentHash(minimal, packages, agent);
+    expect(h).toMatch(/^[0-9a-f]{8}$/);
+    expect(contentHash(minimal, [...packages].reverse(), Buffer.from(agent))).toBe(h);
+    expect(contentHash(minimal, packages, Buffer.from('console.log(2)\n'))).not.toBe(h);
+    expect(contentHash(minimal, ['nodejs=18.20.4+dfsg-1~deb12u2', 'bash=5.2.15-2+b7'], agent)).not.toBe(h);
+    expect(contentHash(getProfile('desktop'), packages, agent)).not.toBe(h);
+  });
+
+  test('recipe hashes are stable and differ between profiles', () => {
+    expect(recipeHash(getProfile('minimal'))).toBe(recipeHash(getProfile('minimal')));
+    expect(recipeHash(getProfile('minimal'))).not.toBe(recipeHash(getProfile('desktop')));
+    expect(canonicalJson({ b: 1, a: [{ d: 2, c: 3 }] })).toBe('{"a":[{"c":3,"d":2}],"b":1}');
+  });
+});
+
+describe('profiles', () => {
+  test('unknown profiles are refused', () => {
+    expect(() => getProfile('nope')).toThrow(/unknown image profile "nope"/);
+  });
+
+  test.each(Object.keys(PROFILES))('%s boots on kiste and runs the agent', (name) => {
+    const p = getProfile(name);
+    expect(p.kernelCmdline).toMatch(/root=\/dev\/vda/);
+    expect(p.kernelCmdline).toMatch(/console=ttyS0/);
+    for (const pkg of ['systemd-sysv', 'udev', 'openssh-server', 'iproute2', 'nodejs', 'ca-certificates', 'procps', 'less', 'curl']) {
+      expect(p.packages).toContain(pkg);
+    }
+    for (const file of p.files) expect(file.path.startsWith('/')).toBe(true);
+    const unit = p.files.find((f) => f.path === '/etc/systemd/system/kiste-agent.service')?.content ?? '';
+    expect(unit).toContain(`ExecStart=/usr/bin/node ${AGENT_GUEST_PATH}`);
+    expect(unit).toContain('Restart=always');
+    const rule = p.files.find((f) => f.path.startsWith('/etc/udev/rules.d/'))?.content ?? '';
+    expect(rule).toContain(`ATTR{name}=="${AGENT_PORT_NAME}"`);
+    const sshd = p.files.find((f) => f.path === '/etc/ssh/sshd_config.d/kiste.conf')?.content ?? '';
+    expect(sshd).toMatch(/^PasswordAuthentication no$/m);
+    expect(sshd).toMatch(/^PermitRootLogin prohibit-password$/m);
+    expect(p.maskUnits).toEqual(expect.arrayContaining(['apt-daily.timer', 'apt-daily-upgrade.timer', 'e2scrub_all.timer', 'fstrim.timer']));
+  });
+
+  test('minimal has no desktop; desktop has Xfce and a kernel with display drivers', () => {
+    const minimal = getProfile('minimal');
+    const desktop = getProfile('desktop');
+    expect(minimal.packages.filter((p) => /xfce|xserver|lightdm|x11/.test(p))).toEqual([]);
+    expect(minimal.kernelPackage).toBe('linux-image-cloud-amd64');
+    expect(desktop.packages).toEqual(expect.arrayContaining(['xfce4', 'xserver-xorg-core', 'lightdm']));
+    expect(desktop.kernelPackage).toBe('linux-image-amd64');
+  });
+});
