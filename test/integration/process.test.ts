@@ -1,7 +1,6 @@
 // The service as a process: started from source with tsx (no build), on a free loopback port and a
 // fresh data dir / database. First-account bootstrap, clean SIGTERM shutdown, survival of kill -9,
 // and the refusal of plain HTTP on a non-loopback address.
-import { ChildProcess, spawn } from 'node:child_process';
 import { Agent } from 'node:http';
 import { createServer } from 'node:net';
 import path from 'node:path';
@@ -9,99 +8,13 @@ import request from 'supertest';
 import { openDatabase } from '../../src/db/database';
 import { checkContract } from '../support/contract';
 import { freshDatabaseUrl, FreshDatabase } from '../support/database';
+import { freePort, ServiceProcess } from '../support/service-process';
+import { TEST_IMAGE_DIR } from '../support/images';
 
 jest.setTimeout(90_000);
 
-const ROOT = path.resolve(__dirname, '../..');
-const TSX = path.join(ROOT, 'node_modules/.bin/tsx');
 const ADMIN_EMAIL = 'admin@example.com';
 const ADMIN_PASSWORD = 'a long admin password 42';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-/** One run of `tsx src/server.ts`, in its own process group (so kill -9 takes the whole service down). */
-class ServiceProcess {
-  readonly child: ChildProcess;
-  output = '';
-  readonly exited: Promise<Exit>;
-  private exit: Exit | null = null;
-
-  constructor(env: Record<string, string>) {
-    const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
-    this.child = spawn(TSX, ['src/server.ts'], {
-      cwd: ROOT,
-      env: { ...base, KISTE_LOG_LEVEL: 'info', ...env } as NodeJS.ProcessEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
-    this.child.stdout!.on('data', (chunk) => (this.output += chunk));
-    this.child.stderr!.on('data', (chunk) => (this.output += chunk));
-    this.exited = new Promise((resolve) =>
-      this.child.once('exit', (code, signal) => {
-        this.exit = { code, signal };
-        resolve(this.exit);
-      }),
-    );
-  }
-
-  get running(): boolean {
-    return this.exit === null;
-  }
-
-  /** Resolves once the log says it listens; fails if the process exits first. */
-  async listening(timeoutMs = 60_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.output.includes('kiste is listening')) {
-      if (!this.running) throw new Error(`service exited (${JSON.stringify(this.exit)}) before listening:\n${this.output}`);
-      if (Date.now() > deadline) throw new Error(`service did not listen within ${timeoutMs} ms:\n${this.output}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-
-  async waitExit(timeoutMs: number): Promise<Exit & { ms: number }> {
-    const started = Date.now();
-    const result = await Promise.race([
-      this.exited,
-      new Promise<null>((resolve) => setTimeout(() => resolve(null), timeoutMs).unref()),
-    ]);
-    if (!result) throw new Error(`service still running after ${timeoutMs} ms:\n${this.output}`);
-    return { ...result, ms: Date.now() - started };
-  }
-
-  signal(signal: NodeJS.Signals): void {
-    this.child.kill(signal);
-  }
-
-  /** kill -9 of the whole process group: tsx and the service it runs. */
-  killHard(): void {
-    process.kill(-this.child.pid!, 'SIGKILL');
-  }
-
-  /** Last resort in afterEach: nothing of ours keeps running. */
-  async ensureStopped(): Promise<void> {
-    if (!this.running) return;
-    try {
-      process.kill(-this.child.pid!, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-    await this.waitExit(10_000).catch(() => undefined);
-  }
-}
 
 /** A contract-checked supertest client against a running service. */
 function client(url: string) {
@@ -140,6 +53,7 @@ describe('the service process', () => {
     const env: Record<string, string> = {
       KISTE_LISTEN: `127.0.0.1:${port}`,
       KISTE_DATA_DIR: fresh.dataDir,
+      KISTE_IMAGE_DIR: TEST_IMAGE_DIR, // the shared test image: no image build per start
       KISTE_ADMIN_EMAIL: ADMIN_EMAIL,
       KISTE_ADMIN_PASSWORD: ADMIN_PASSWORD,
       ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),

@@ -2,16 +2,13 @@
 // create → stop with session → resume (a process started before the stop still runs) → fork
 // (independent disk) → rename → logs, metrics → K05 → delete (no process, no disk left).
 import { existsSync, readdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildImage } from '../../images';
 import { listQemuProcesses } from '../../src/compute/qemu';
-import { buildAgentBundle } from '../agent/harness';
+import { ensureTestImage, TEST_IMAGE_DIR as IMAGE_DIR } from '../support/images';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
 
-const IMAGE_DIR = process.env.KISTE_IMAGE_DIR ?? join(tmpdir(), 'kiste-image-cache');
 const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
 
 async function guestRun(t: TestService, instanceId: string, script: string): Promise<{ stdout: string; exitCode: number }> {
@@ -26,8 +23,7 @@ describe('machine lifecycle on the minimal image', () => {
   let key: string;
 
   beforeAll(async () => {
-    const agentBundle = buildAgentBundle();
-    await buildImage({ profile: 'minimal', outDir: IMAGE_DIR, agentBundle });
+    await ensureTestImage();
     t = await startTestService({ env: { KISTE_IMAGE_DIR: IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     key = await apiKeyFor(t, await createAccount(t));
