@@ -122,6 +122,13 @@ describe('machine lifecycle on the minimal image', () => {
     const extended = await t.api.post('/v1/instances/gamma/extend').set(bearer(key)).send({ ttl_seconds: 3600 }).expect(200);
     expect(Date.parse(extended.body.expires_at) - Date.now()).toBeGreaterThan(3500_000);
 
+    // Lifetime end: the expiry job stops the machine cleanly with its session; the deadline is spent.
+    await t.services.database.prisma.instance.update({ where: { id: fork.body.id }, data: { expiresAt: new Date(Date.now() - 1000) } });
+    expect(await t.services.instances.expireDue()).toBe(1);
+    await t.services.instances.operations.pending()[0];
+    const expired = await t.api.get('/v1/instances/gamma').set(bearer(key)).expect(200);
+    expect(expired.body).toMatchObject({ status: 'stopped', session_saved: true, expires_at: null });
+
     for (const name of ['alpha', 'gamma']) {
       const deleted = await t.api.delete(`/v1/instances/${name}`).set(bearer(key)).expect(200);
       expect(deleted.body.name).toBe(name);
