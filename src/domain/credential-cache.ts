@@ -3,7 +3,6 @@
 // changes a credential or an account in this process drops that account's entries at once
 // (Credentials.forgetAccount); other processes sharing a PostgreSQL database see the change within
 // the time to live.
-import type { Account } from '../store/prisma';
 import type { AuthContext } from './auth-context';
 
 export const CREDENTIAL_CACHE_TTL_MS = 1_000;
@@ -11,7 +10,6 @@ const MAX_ENTRIES = 10_000;
 
 export interface CachedCredential {
   auth: AuthContext;
-  account: Account;
   /** When the credential itself expires. */
   expiresAt: Date;
   lastUsedAt: Date | null;
@@ -34,9 +32,11 @@ export class CredentialCache {
     return entry;
   }
 
-  set(tokenHash: string, entry: Omit<CachedCredential, 'freshUntil'>, now: Date): void {
+  set(tokenHash: string, entry: Omit<CachedCredential, 'freshUntil'>, now: Date): CachedCredential {
     if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!);
-    this.entries.set(tokenHash, { ...entry, freshUntil: now.getTime() + this.ttlMs });
+    const cached = { ...entry, freshUntil: now.getTime() + this.ttlMs };
+    this.entries.set(tokenHash, cached);
+    return cached;
   }
 
   forgetAccount(accountId: string): void {

@@ -55,8 +55,7 @@ export class Credentials {
         : await this.stores.sessions.findActiveByHash(hash, kind, now);
       if (!found) throw invalid();
       const auth = { accountId: found.accountId, kind, credentialId: found.id, account: found.account };
-      this.cache.set(hash, { auth, account: found.account, expiresAt: found.expiresAt, lastUsedAt: found.lastUsedAt }, now);
-      entry = this.cache.get(hash, now)!;
+      entry = this.cache.set(hash, { auth, expiresAt: found.expiresAt, lastUsedAt: found.lastUsedAt }, now);
     }
     if (!entry.lastUsedAt || now.getTime() - entry.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
       if (kind === 'api_key') await this.stores.apiTokens.touch(entry.auth.credentialId, now);

@@ -99,7 +99,7 @@ export class Instances {
     }
     const image = this.currentImage();
     const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
-    checkHostCapacity(Math.floor(freemem() / 1048576), shape.memoryMib, this.settings.hostMemoryReserveMib);
+    this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
     const instance = await this.insert(accountId, request.name ?? null, shape, 'create', (name) => ({
       image: request.image ?? UNIVERSAL_IMAGE,
@@ -122,7 +122,7 @@ export class Instances {
     if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
     const image = this.currentImage();
     const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
-    checkHostCapacity(Math.floor(freemem() / 1048576), shape.memoryMib, this.settings.hostMemoryReserveMib);
+    this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
     const copy = await this.insert(accountId, name, shape, 'fork', (copyName) => ({
       image: source.image,
@@ -333,7 +333,12 @@ export class Instances {
     const footprint = await this.stores.instances.footprint(instance.accountId);
     const others = footprint.runningMachines - (instance.desiredState === 'running' ? 1 : 0);
     checkStart(this.limits, { ...footprint, runningMachines: others });
-    checkHostCapacity(Math.floor(freemem() / 1048576), instance.memoryMib, this.settings.hostMemoryReserveMib);
+    this.checkHostRoom(instance.memoryMib);
+  }
+
+  /** L13: the host must have the guest's memory free now, beside its reserve. */
+  private checkHostRoom(memoryMib: number): void {
+    checkHostCapacity(Math.floor(freemem() / 1048576), memoryMib, this.settings.hostMemoryReserveMib);
   }
 
   private async identity(instance: Instance): Promise<GuestIdentity> {

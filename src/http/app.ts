@@ -94,8 +94,6 @@ export function sendError(services: Services, error: unknown, req: Request, res:
   let known: KisteError;
   if (error instanceof KisteError) {
     known = error;
-  } else if (isBodyParserError(error)) {
-    known = new KisteError('P02', { message: 'Request body could not be read' });
   } else {
     req.log?.error({ err: error }, 'unexpected failure');
     known = new KisteError('P10');
@@ -120,6 +118,3 @@ function isDecodable(path: string): boolean {
   }
 }
 
-function isBodyParserError(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && 'type' in error && (error as { type: unknown }).type === 'entity.parse.failed';
-}
