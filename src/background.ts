@@ -44,6 +44,7 @@ export function serviceJobs(services: Services, logger: Logger): BackgroundJobs 
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
       { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
+      { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },
     ],
     logger,
   );

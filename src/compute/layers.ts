@@ -2,7 +2,7 @@
 // is a file in one folder, so a live fork can make the source's old top the shared backing of
 // both machines without either machine's folder owning it. A layer is removed only when no
 // remaining machine's chain uses it (images are never removed here).
-import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { backingChain } from './qemu';
 
@@ -11,6 +11,11 @@ export interface DiskState {
   active: string;
   /** SSH host keys were generated on this disk. */
   hostKeysGenerated: boolean;
+  /**
+   * A new top layer being put on the running disk (checkpoint, live fork): written before QEMU
+   * switches to it, so that a service killed in between can tell which file is the real top.
+   */
+  pending?: string;
 }
 
 export class LayerStore {
@@ -38,12 +43,33 @@ export class LayerStore {
     return chain.map((layer) => layer.filename).filter((file) => file.startsWith(this.dir + '/'));
   }
 
+  /** Every layer file (absolute) the chains of these active layers use. */
+  async usedBy(actives: string[], options: { strict?: boolean } = {}): Promise<Set<string>> {
+    const used = new Set<string>();
+    for (const active of actives) {
+      const chain = options.strict ? await this.layersOf(active) : await this.layersOf(active).catch(() => []);
+      for (const file of chain) used.add(file);
+    }
+    return used;
+  }
+
   /** Removes the layers of `active`'s chain that none of `keep` (other machines' active layers) use. */
   async release(active: string, keep: string[]): Promise<void> {
-    const used = new Set<string>();
-    for (const other of keep) for (const file of await this.layersOf(other).catch(() => [])) used.add(file);
+    const used = await this.usedBy(keep);
     for (const file of await this.layersOf(active).catch(() => [this.path(active)])) {
       if (!used.has(file)) rmSync(file, { force: true });
     }
+  }
+
+  /**
+   * Removes layer files no chain uses (left by a service killed between a merge and the removal
+   * of the merged layer). Only while nothing changes chains: at start, before machines are driven.
+   */
+  async collectGarbage(actives: string[]): Promise<string[]> {
+    const used = await this.usedBy(actives, { strict: true }); // a chain we cannot read: remove nothing
+    for (const active of actives) used.add(this.path(active));
+    const removed = readdirSync(this.dir).map((name) => this.path(name)).filter((file) => !used.has(file));
+    for (const file of removed) rmSync(file, { force: true });
+    return removed;
   }
 }

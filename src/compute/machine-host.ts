@@ -61,6 +61,13 @@ export interface MachineHost {
   isRunning(id: string): Promise<boolean>;
   /** After a service restart: reconnects to a machine still running; false when there is none. */
   adopt(id: string): Promise<boolean>;
+  /**
+   * Freezes the running disk as a checkpoint when it changed since the last one, and keeps the
+   * chain of checkpoint layers bounded; `taken` is false when nothing changed or it is not running.
+   */
+  checkpoint(id: string): Promise<{ taken: boolean }>;
+  /** At start, after adopting: removes disk layers no machine uses any more. */
+  removeUnusedLayers(): Promise<void>;
   /** Kills whatever runs and removes the machine's files. */
   destroy(id: string): Promise<void>;
   agent(id: string): AgentClient;

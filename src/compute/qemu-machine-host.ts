@@ -3,24 +3,36 @@
 // a file so a memory session saves and resumes in well under a second.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, openSync, readSync, closeSync } from 'node:fs';
 import { connect } from 'node:net';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { readLatestImage } from '../../images';
 import { AgentClient } from './agent-client';
-import { LayerStore } from './layers';
+import { nextMerge } from './checkpoint-policy';
+import { DiskState, LayerStore } from './layers';
 import type { Accelerator, GuestIdentity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine } from './machine-host';
 import {
+  activeLayer,
+  addDirtyBitmap,
   adoptMachine,
+  backingChain,
+  chainNodes,
+  commitIntoBase,
   createOverlay,
+  dirtyBitmapCount,
   killMachine,
   liveFork,
   machineFiles,
   MachineSpec,
   QemuMachine,
+  removeDirtyBitmap,
   restoreMemory,
   saveMemory,
+  snapshotActive,
   startMachine,
   stopMachine,
 } from './qemu';
+
+/** The dirty bitmap on the active layer: "the disk changed since the last checkpoint". */
+const CHANGES_BITMAP = 'since-checkpoint';
 
 export interface QemuHostOptions {
   dataDir: string;
@@ -47,6 +59,8 @@ export class QemuMachineHost implements MachineHost {
   private readonly agents = new Map<string, AgentClient>();
   private readonly images = new Map<ImageProfile, ImageEntry>();
   private readonly builds = new Map<ImageProfile, ImageBuildState>();
+  /** Per machine: the tail of its queue of chain-changing work (checkpoints, forks, stops…). */
+  private readonly queues = new Map<string, Promise<unknown>>();
 
   constructor(private readonly options: QemuHostOptions) {
     this.accelerator = options.accelerator;
@@ -88,39 +102,63 @@ export class QemuMachineHost implements MachineHost {
   }
 
   async forkDisk(sourceId: string, targetId: string): Promise<void> {
-    const source = this.diskState(sourceId);
-    const targetDir = this.machineDir(targetId);
-    mkdirSync(targetDir, { recursive: true });
-    const forkActive = `${targetId}-0.qcow2`;
-    const machine = await this.machine(sourceId);
-    if (machine) {
-      // The source's top freezes and becomes the shared backing of its new top and of the copy.
-      const next = nextLayerName(sourceId, source.active);
-      await liveFork(machine.qmp, {
-        newActiveFile: this.layers.path(next),
-        newActiveNode: `disk${layerIndex(next)}`, // QEMU node names are at most 31 characters
-        forkFile: this.layers.path(forkActive),
+    await this.exclusive(sourceId, async () => {
+      const targetDir = this.machineDir(targetId);
+      mkdirSync(targetDir, { recursive: true });
+      const forkActive = `${targetId}-0.qcow2`;
+      const machine = await this.machine(sourceId);
+      if (machine) {
+        // The source's top freezes and becomes the shared backing of its new top and of the copy.
+        await this.newTopLayer(sourceId, machine, (next) =>
+          liveFork(machine.qmp, { newActiveFile: this.layers.path(next), newActiveNode: nodeName(next), forkFile: this.layers.path(forkActive) }),
+        );
+      } else {
+        await createOverlay(this.layers.path(this.diskState(sourceId).active), this.layers.path(forkActive));
+      }
+      this.layers.writeState(targetDir, { active: forkActive, hostKeysGenerated: false });
+    });
+  }
+
+  /**
+   * A checkpoint of a running machine's disk, taken only when the guest wrote to it since the last
+   * one (or since it started: bitmaps do not outlive QEMU). The guest flushes its file systems
+   * first, so the frozen layer holds what programs had written. Then the chain is compacted.
+   */
+  async checkpoint(id: string): Promise<{ taken: boolean }> {
+    return this.exclusive(id, async () => {
+      const machine = await this.machine(id);
+      if (!machine) return { taken: false };
+      await this.agent(id).syncFilesystems({ timeoutMs: 60_000 }).catch((error: Error) => {
+        this.options.logger.warn({ err: error, machine: id }, 'guest did not flush before a checkpoint; taking it crash-consistent');
       });
-      this.layers.writeState(this.machineDir(sourceId), { ...source, active: next });
-    } else {
-      await createOverlay(this.layers.path(source.active), this.layers.path(forkActive));
-    }
-    this.layers.writeState(targetDir, { active: forkActive, hostKeysGenerated: false });
+      const active = await activeLayer(machine.qmp);
+      const changedBytes = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
+      if (changedBytes === 0) return { taken: false };
+      await this.newTopLayer(id, machine, (next) => snapshotActive(machine.qmp, { newFile: this.layers.path(next), newNode: nodeName(next) }));
+      await this.compact(id, machine);
+      return { taken: true };
+    });
   }
 
   async boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
     const files = machineFiles(this.machineDir(id));
     rmSync(files.stateFile, { force: true });
     rmSync(files.memoryFile, { force: true });
-    const machine = await startMachine(this.spec(id, shape, image));
-    this.running.set(id, machine);
+    await this.exclusive(id, async () => {
+      const machine = await startMachine(this.spec(id, shape, image));
+      this.running.set(id, machine);
+      await trackChanges(machine);
+    });
     return this.personalise(id, identity);
   }
 
   async resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
     const files = machineFiles(this.machineDir(id));
-    const { machine } = await restoreMemory(this.spec(id, shape, image), { stateFile: files.stateFile });
-    this.running.set(id, machine);
+    await this.exclusive(id, async () => {
+      const { machine } = await restoreMemory(this.spec(id, shape, image), { stateFile: files.stateFile });
+      this.running.set(id, machine);
+      await trackChanges(machine);
+    });
     rmSync(files.stateFile, { force: true }); // the session is live again; a later stop saves a new one
     const agent = this.agent(id);
     await agent.waitConnected(60_000);
@@ -138,7 +176,11 @@ export class QemuMachineHost implements MachineHost {
     if (!(await this.machine(id))) rmSync(files.memoryFile, { force: true });
   }
 
-  async stop(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
+  stop(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
+    return this.exclusive(id, () => this.stopNow(id, options));
+  }
+
+  private async stopNow(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
     const machine = await this.machine(id);
     if (!machine) return { sessionSaved: await this.hasSession(id) };
     this.dropAgent(id);
@@ -161,11 +203,29 @@ export class QemuMachineHost implements MachineHost {
     return (await this.machine(id)) !== undefined;
   }
 
+  /** After a service restart: reconnects, and settles a new top layer the last run was putting on. */
   async adopt(id: string): Promise<boolean> {
-    return (await this.machine(id)) !== undefined;
+    const machine = await this.machine(id);
+    const state = this.layers.readState(this.machineDir(id));
+    if (state) {
+      const active = machine ? basename((await activeLayer(machine.qmp)).file) : await this.settledOffline(state);
+      if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { active, hostKeysGenerated: state.hostKeysGenerated });
+    }
+    return machine !== undefined;
   }
 
-  async destroy(id: string): Promise<void> {
+  /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */
+  async removeUnusedLayers(): Promise<void> {
+    const actives = (await this.knownMachineIds()).map((id) => this.layers.readState(this.machineDir(id))?.active).filter((a): a is string => Boolean(a));
+    const removed = await this.layers.collectGarbage(actives);
+    if (removed.length) this.options.logger.info({ removed }, 'removed disk layers no machine uses');
+  }
+
+  destroy(id: string): Promise<void> {
+    return this.exclusive(id, () => this.destroyNow(id));
+  }
+
+  private async destroyNow(id: string): Promise<void> {
     const machine = await this.machine(id);
     this.dropAgent(id);
     if (machine) await killMachine(machine);
@@ -229,6 +289,61 @@ export class QemuMachineHost implements MachineHost {
     return { hostKeys: result.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key })) };
   }
 
+  /**
+   * Puts a new empty top layer on the running disk with `put` (which tells QEMU to switch) and
+   * records it; the intent is written first (see DiskState.pending). The bitmap moves up with it.
+   */
+  private async newTopLayer(id: string, machine: QemuMachine, put: (next: string) => Promise<unknown>): Promise<void> {
+    const dir = this.machineDir(id);
+    const state = this.diskState(id);
+    const next = nextLayerName(id, state.active);
+    this.layers.writeState(dir, { ...state, pending: next });
+    const frozen = await activeLayer(machine.qmp);
+    await put(next);
+    this.layers.writeState(dir, { active: next, hostKeysGenerated: state.hostKeysGenerated });
+    await trackChanges(machine);
+    await removeDirtyBitmap(machine.qmp, { node: frozen.node, name: CHANGES_BITMAP }).catch(() => undefined); // frozen: it cannot change
+  }
+
+  /** Merges the oldest checkpoint layers until the chain is short enough (see checkpoint-policy). */
+  private async compact(id: string, machine: QemuMachine): Promise<void> {
+    for (;;) {
+      const chain = (await chainNodes(machine.qmp)).filter((layer) => layer.file.startsWith(this.layers.dir + '/'));
+      const frozen = chain.slice(1).reverse(); // oldest first
+      const others = (await this.knownMachineIds()).filter((other) => other !== id);
+      const shared = await this.layers.usedBy(others.map((other) => this.layers.readState(this.machineDir(other))?.active).filter((a): a is string => Boolean(a)));
+      const merge = nextMerge(frozen.map((layer) => layer.file), shared);
+      if (!merge) return;
+      const byFile = new Map(frozen.map((layer) => [layer.file, layer.node]));
+      await commitIntoBase(machine.qmp, { jobId: 'compact', topNode: byFile.get(merge.upper)!, baseNode: byFile.get(merge.lower)! });
+      rmSync(merge.upper, { force: true }); // out of the chain now: the layer above backs onto merge.lower
+    }
+  }
+
+  /** Which file is the top of a stopped machine's disk, after a run that may have died mid-switch. */
+  private async settledOffline(state: DiskState): Promise<string> {
+    if (!state.pending) return state.active;
+    const pending = this.layers.path(state.pending);
+    if (existsSync(pending)) {
+      const chain = await backingChain(pending).catch(() => []);
+      if (chain[1]?.filename === this.layers.path(state.active)) return state.pending; // QEMU had switched
+      rmSync(pending, { force: true });
+    }
+    return state.active;
+  }
+
+  /** Runs `work` after every earlier chain-changing work of the same machine has finished. */
+  private exclusive<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.queues.get(id) ?? Promise.resolve();
+    const next = previous.catch(() => undefined).then(work);
+    const tail = next.catch(() => undefined);
+    this.queues.set(id, tail);
+    void tail.then(() => {
+      if (this.queues.get(id) === tail) this.queues.delete(id);
+    });
+    return next;
+  }
+
   private async machine(id: string): Promise<QemuMachine | undefined> {
     const known = this.running.get(id);
     if (known?.alive()) return known;
@@ -281,6 +396,18 @@ export class QemuMachineHost implements MachineHost {
   private machineDir(id: string): string {
     return join(this.machinesDir, id);
   }
+}
+
+/** Starts "what changed since the last checkpoint" on the machine's active layer. */
+async function trackChanges(machine: QemuMachine): Promise<void> {
+  const active = await activeLayer(machine.qmp);
+  const known = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
+  if (known === undefined) await addDirtyBitmap(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
+}
+
+/** QEMU node names are at most 31 characters: the layer's index names it. */
+function nodeName(layer: string): string {
+  return `disk${layerIndex(layer)}`;
 }
 
 function layerIndex(name: string): number {

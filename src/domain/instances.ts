@@ -12,6 +12,7 @@ import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import { checkHostCapacity, checkNewMachine, checkStart } from './instance-limits';
 import { generateInstanceName } from './instance-names';
+import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationOutcome } from './instance-operations';
 import type { Limits } from './limits';
 import { newId } from './secrets';
@@ -50,6 +51,7 @@ export interface LifecycleAnswer {
 
 export class Instances {
   readonly operations: InstanceOperations;
+  readonly checkpoints: InstanceCheckpoints;
 
   constructor(
     private readonly db: Db,
@@ -58,9 +60,10 @@ export class Instances {
     private readonly limits: Limits,
     private readonly clock: Clock,
     private readonly settings: InstanceSettings,
-    logger: { error(object: object, message: string): void },
+    logger: { error(object: object, message: string): void; warn(object: object, message: string): void },
   ) {
     this.operations = new InstanceOperations(db, stores.instances, clock, logger);
+    this.checkpoints = new InstanceCheckpoints(db, stores.instances, host, clock, logger);
   }
 
   list(accountId: string): Promise<Instance[]> {
@@ -280,6 +283,7 @@ export class Instances {
     }
     const known = new Set(rows.map((row) => row.id));
     for (const id of await this.host.knownMachineIds()) if (!known.has(id)) await this.host.destroy(id);
+    await this.host.removeUnusedLayers();
   }
 
   private async lifecycle(

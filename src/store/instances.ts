@@ -57,6 +57,17 @@ export class InstanceStore {
     return this.db.instance.findMany();
   }
 
+  /** Host-wide: running instances no operation holds (automatic checkpoints pick the due ones). */
+  runningIdle(): Promise<Instance[]> {
+    return this.db.instance.findMany({ where: { status: 'running', operation: null } });
+  }
+
+  /** Sets last_checkpoint_at; false when the instance is gone. */
+  async recordCheckpoint(tx: Tx, id: string, at: Date): Promise<boolean> {
+    const { count } = await tx.instance.updateMany({ where: { id }, data: { lastCheckpointAt: at } });
+    return count === 1;
+  }
+
   /** Host-wide: running instances whose deadline has passed. */
   expired(now: Date): Promise<Instance[]> {
     return this.db.instance.findMany({ where: { desiredState: 'running', expiresAt: { lte: now }, operation: null } });
