@@ -217,8 +217,12 @@ export class QemuMachineHost implements MachineHost {
   /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */
   async removeUnusedLayers(): Promise<void> {
     const actives = (await this.knownMachineIds()).map((id) => this.layers.readState(this.machineDir(id))?.active).filter((a): a is string => Boolean(a));
-    const removed = await this.layers.collectGarbage(actives);
-    if (removed.length) this.options.logger.info({ removed }, 'removed disk layers no machine uses');
+    try {
+      const removed = await this.layers.collectGarbage(actives);
+      if (removed.length) this.options.logger.info({ removed }, 'removed disk layers no machine uses');
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'a disk chain could not be read; no layer removed');
+    }
   }
 
   destroy(id: string): Promise<void> {
