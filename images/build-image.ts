@@ -133,7 +133,7 @@ export interface LatestEntry {
 
 export const IMAGE_FILES = { kernel: 'vmlinuz', initrd: 'initrd.img', disk: 'disk.qcow2', manifest: 'manifest.json' } as const;
 
-const VERSION_RE = /^v\d{4}\.\d{2}\.\d{2}-[0-9a-f]{8}$/;
+export const VERSION_RE = /^v\d{4}\.\d{2}\.\d{2}-[0-9a-f]{8}$/;
 
 // ---------------------------------------------------------------------------------------------
 // Hashing

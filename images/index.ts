@@ -19,3 +19,4 @@ export {
 export { AGENT_GUEST_PATH, AGENT_PORT_NAME, IMAGE_INFO_GUEST_PATH } from './profiles/base';
 export { getProfile, PROFILES, type Profile } from './profiles';
 export { DEFAULT_AGENT_BUNDLE, defaultImageDir } from './build';
+export { pruneImageVersions, type PruneOptions } from './prune';

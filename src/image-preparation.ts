@@ -33,6 +33,7 @@ export async function prepareImage(services: Services, config: Config, logger: L
     });
     logger.info({ profile, version: built.version }, 'image ready');
     await host.refreshImage(profile);
+    await host.removeUnusedImages().catch((error: Error) => logger.warn({ err: error }, 'old image versions could not be removed'));
   } catch (error) {
     logger.error({ err: error, profile }, 'image build failed');
     host.setBuildState(profile, { state: 'failed', step: null, error: error instanceof Error ? error.message : String(error) });

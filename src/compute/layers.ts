@@ -39,8 +39,12 @@ export class LayerStore {
 
   /** Files (absolute) of a chain that are layers, top first. */
   async layersOf(active: string): Promise<string[]> {
-    const chain = await backingChain(this.path(active));
-    return chain.map((layer) => layer.filename).filter((file) => file.startsWith(this.dir + '/'));
+    return (await this.filesOf(active)).filter((file) => file.startsWith(this.dir + '/'));
+  }
+
+  /** Every file (absolute) of a chain, top first, down to the image's disk. */
+  async filesOf(active: string): Promise<string[]> {
+    return (await backingChain(this.path(active))).map((layer) => layer.filename);
   }
 
   /** Every layer file (absolute) the chains of these active layers use. */
@@ -53,12 +57,21 @@ export class LayerStore {
     return used;
   }
 
-  /** Removes the layers of `active`'s chain that none of `keep` (other machines' active layers) use. */
-  async release(active: string, keep: string[]): Promise<void> {
-    const used = await this.usedBy(keep);
+  /**
+   * Removes the layers of `active`'s chain that none of `keep` (other machines' active layers)
+   * use; false (nothing removed) when one of those chains cannot be read.
+   */
+  async release(active: string, keep: string[]): Promise<boolean> {
+    let used: Set<string>;
+    try {
+      used = await this.usedBy(keep, { strict: true });
+    } catch {
+      return false; // better a leftover file than a layer pulled from under another machine
+    }
     for (const file of await this.layersOf(active).catch(() => [this.path(active)])) {
       if (!used.has(file)) rmSync(file, { force: true });
     }
+    return true;
   }
 
   /**

@@ -3,8 +3,8 @@
 // a file so a memory session saves and resumes in well under a second.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, openSync, readSync, closeSync } from 'node:fs';
 import { connect } from 'node:net';
-import { basename, join } from 'node:path';
-import { readLatestImage } from '../../images';
+import { basename, isAbsolute, join, relative, sep } from 'node:path';
+import { pruneImageVersions, readLatestImage } from '../../images';
 import { AgentClient } from './agent-client';
 import { nextMerge } from './checkpoint-policy';
 import { DiskState, LayerStore } from './layers';
@@ -216,13 +216,30 @@ export class QemuMachineHost implements MachineHost {
 
   /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */
   async removeUnusedLayers(): Promise<void> {
-    const actives = (await this.knownMachineIds()).map((id) => this.layers.readState(this.machineDir(id))?.active).filter((a): a is string => Boolean(a));
     try {
-      const removed = await this.layers.collectGarbage(actives);
+      const removed = await this.layers.collectGarbage(await this.activeLayers());
       if (removed.length) this.options.logger.info({ removed }, 'removed disk layers no machine uses');
     } catch (error) {
       this.options.logger.warn({ err: error }, 'a disk chain could not be read; no layer removed');
     }
+  }
+
+  /** Removes image versions that are nobody's latest and that no machine's disk backs onto. */
+  async removeUnusedImages(): Promise<void> {
+    const inUse = new Set<string>();
+    try {
+      for (const active of await this.activeLayers()) {
+        for (const file of await this.layers.filesOf(active)) {
+          const inImages = relative(this.options.imagesDir, file);
+          if (!inImages.startsWith('..') && !isAbsolute(inImages)) inUse.add(inImages.split(sep)[0]);
+        }
+      }
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'a disk chain could not be read; no image version removed');
+      return;
+    }
+    const removed = await pruneImageVersions(this.options.imagesDir, { inUse });
+    if (removed.length) this.options.logger.info({ removed }, 'removed image versions no machine uses');
   }
 
   destroy(id: string): Promise<void> {
@@ -235,9 +252,8 @@ export class QemuMachineHost implements MachineHost {
     if (machine) await killMachine(machine);
     this.running.delete(id);
     const state = this.layers.readState(this.machineDir(id));
-    if (state) {
-      const others = (await this.knownMachineIds()).filter((other) => other !== id).map((other) => this.layers.readState(this.machineDir(other))?.active);
-      await this.layers.release(state.active, others.filter((active): active is string => Boolean(active)));
+    if (state && !(await this.layers.release(state.active, await this.activeLayers(id)))) {
+      this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
     }
     rmSync(this.machineDir(id), { recursive: true, force: true });
   }
@@ -269,6 +285,12 @@ export class QemuMachineHost implements MachineHost {
 
   async knownMachineIds(): Promise<string[]> {
     return readdirSync(this.machinesDir);
+  }
+
+  /** The active layer of every machine this host has a disk for (but one). */
+  private async activeLayers(exceptId?: string): Promise<string[]> {
+    const ids = (await this.knownMachineIds()).filter((id) => id !== exceptId);
+    return ids.map((id) => this.layers.readState(this.machineDir(id))?.active).filter((active): active is string => Boolean(active));
   }
 
   /** Stops talking to machines (they keep running); for shutdown. */
@@ -314,8 +336,7 @@ export class QemuMachineHost implements MachineHost {
     for (;;) {
       const chain = (await chainNodes(machine.qmp)).filter((layer) => layer.file.startsWith(this.layers.dir + '/'));
       const frozen = chain.slice(1).reverse(); // oldest first
-      const others = (await this.knownMachineIds()).filter((other) => other !== id);
-      const shared = await this.layers.usedBy(others.map((other) => this.layers.readState(this.machineDir(other))?.active).filter((a): a is string => Boolean(a)));
+      const shared = await this.layers.usedBy(await this.activeLayers(id), { strict: true }); // unreadable: merge nothing
       const merge = nextMerge(frozen.map((layer) => layer.file), shared);
       if (!merge) return;
       const byFile = new Map(frozen.map((layer) => [layer.file, layer.node]));
