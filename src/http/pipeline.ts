@@ -70,10 +70,7 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
 
 function requestInfo(req: Request, res: Response, services: Services): RequestInfo {
   const host = (req.headers.host ?? '').toLowerCase().replace(/:\d+$/, '');
-  const gone = new AbortController();
-  res.once('close', () => {
-    if (!res.writableFinished) gone.abort();
-  });
+  let gone: AbortController | undefined;
   return {
     id: (req as Request & { id: string }).id,
     ip: req.socket.remoteAddress ?? 'unknown',
@@ -82,7 +79,20 @@ function requestInfo(req: Request, res: Response, services: Services): RequestIn
     secure: services.config.tls !== null || services.config.baseUrl.startsWith('https:'),
     host,
     url: req.originalUrl,
-    signal: gone.signal,
+    // Made on first use: only streaming handlers (exec) watch for the client going away.
+    get signal(): AbortSignal {
+      if (!gone) {
+        const controller = (gone = new AbortController());
+        if (res.closed) {
+          if (!res.writableFinished) controller.abort();
+        } else {
+          res.once('close', () => {
+            if (!res.writableFinished) controller.abort();
+          });
+        }
+      }
+      return gone.signal;
+    },
   };
 }
 
