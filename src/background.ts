@@ -43,6 +43,7 @@ export function serviceJobs(services: Services, logger: Logger): BackgroundJobs 
     [
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
       { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat() },
+      { name: 'event-retention', everyMs: 3_600_000, run: () => services.events.removeExpired() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
       { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },
     ],

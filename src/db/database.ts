@@ -6,7 +6,9 @@ import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient as PostgresPrismaClient } from '../generated/prisma/postgres/client';
 import { PrismaClient as SqlitePrismaClient } from '../generated/prisma/sqlite/client';
+import { CommitSignal, withCommitSignal } from './commit-signal';
 import { migrateDatabase, SQLITE_BUSY_TIMEOUT_MS, type MigrationTarget } from './migrate';
+import { PostgresListener } from './postgres-listener';
 
 /** The client type every store uses, whatever the provider (both clients have the same models). */
 export type Db = SqlitePrismaClient;
@@ -14,6 +16,8 @@ export type Db = SqlitePrismaClient;
 export interface Database {
   prisma: Db;
   provider: 'sqlite' | 'postgresql';
+  /** Announces committed event appends per account (from any process on PostgreSQL). */
+  commits: CommitSignal;
   close(): Promise<void>;
 }
 
@@ -51,12 +55,24 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     // better-sqlite3 is built with foreign keys on by default; say so explicitly on our connection
     // (the adapter keeps one connection), so cascades never depend on how the addon was compiled.
     await prisma.$executeRawUnsafe('PRAGMA foreign_keys = ON');
-    return { prisma, provider: 'sqlite', close: () => prisma.$disconnect() };
+    const commits = new CommitSignal();
+    return { prisma: withCommitSignal(prisma, 'sqlite', commits), provider: 'sqlite', commits, close: () => prisma.$disconnect() };
   }
 
   // The PostgreSQL client is generated from the same models, so its model API is the SQLite one's
   // plus PostgreSQL-only extras (e.g. `mode: 'insensitive'`), which kiste does not use. TypeScript
   // still sees two unrelated class types; this is the one place we treat it as the common type.
   const prisma = new PostgresPrismaClient({ adapter: new PrismaPg({ connectionString: target.url }) }) as unknown as Db;
-  return { prisma, provider: 'postgresql', close: () => prisma.$disconnect() };
+  const commits = new CommitSignal();
+  const listener = new PostgresListener(target.url, commits);
+  await listener.start();
+  return {
+    prisma: withCommitSignal(prisma, 'postgresql', commits),
+    provider: 'postgresql',
+    commits,
+    async close() {
+      await listener.close();
+      await prisma.$disconnect();
+    },
+  };
 }

@@ -244,7 +244,7 @@ export class Instances {
         const claimed = await this.operations.claim(instance, 'expire', { status: 'stopping', desiredState: 'stopped' });
         await this.operations.run(claimed, async () => {
           const outcome = await this.stopOutcome(instance, true);
-          return { ...outcome, update: { ...outcome.update, expiresAt: null }, event: { type: 'instance.stopped', data: { reason: 'expired' } } };
+          return { ...outcome, update: { ...outcome.update, expiresAt: null }, event: { type: 'instance.stopped', data: { ...outcome.event?.data, reason: 'expired' } } };
         });
         stopped++;
       } catch (error) {

@@ -699,7 +699,7 @@ export interface paths {
         };
         /**
          * Read the account event stream
-         * @description Events oldest first. Pass the returned `next_cursor` as the next `after`; with `wait_ms` the call waits up to that long when there are no new events.
+         * @description Events oldest first. Pass the returned `next_cursor` as the next `after` (it moves past every event the read covered, also those the filters left out); with `wait_ms` the call waits up to that long when there are no new matching events and answers as soon as one commits. Events are kept 30 days; a non-zero `after` older than what is kept gets 410 N30 (read again from `after=0`).
          */
         get: operations["ListEvents"];
         put?: never;
@@ -1748,19 +1748,20 @@ export interface components {
             csrf?: string;
             user?: components["schemas"]["User"];
         };
+        /** @description One event of the account stream. `resource_type` and `resource_id` name what changed; `data` depends on `type` (see the conditions below; types of later features carry an object). */
         ControlEventResponse: {
             /** Format: date-time */
             created_at: string;
-            /** @description Event payload (any JSON); `instance.renamed` carries `previous_name`. */
-            data: unknown;
+            data: Record<string, never>;
             /** @constant */
             object: "event";
             resource_id: string;
-            resource_type: string;
+            /** @enum {string} */
+            resource_type: "instance" | "command" | "snapshot" | "webhook" | "alert" | "api_token" | "device_key" | "session" | "account";
             /** Format: int64 */
             sequence: number;
             type: components["schemas"]["EventType"];
-        };
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         ControlHealth: {
             region: string | null;
             service: string;
@@ -2129,8 +2130,16 @@ export interface components {
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
-        /** @enum {string} */
-        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested";
+        EventDataEmpty: Record<string, never>;
+        EventDataInstance: {
+            /** @description The instance's name when the event happened. */
+            name: string;
+        };
+        /**
+         * @description Every event type of the account stream. The `data` of each is defined in ControlEventResponse.
+         * @enum {string}
+         */
+        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested";
         ExecCompletedEvent: {
             /** Format: int64 */
             duration_ms: number;

@@ -34,6 +34,7 @@ import { handler as InterruptCommand } from '../../handlers/InterruptCommand';
 import { handler as ListApiTokens } from '../../handlers/ListApiTokens';
 import { handler as ListCommands } from '../../handlers/ListCommands';
 import { handler as ListDeviceKeys } from '../../handlers/ListDeviceKeys';
+import { handler as ListEvents } from '../../handlers/ListEvents';
 import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListSessions } from '../../handlers/ListSessions';
 import { handler as Login } from '../../handlers/Login';
@@ -83,6 +84,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ListApiTokens,
   ListCommands,
   ListDeviceKeys,
+  ListEvents,
   ListInstances,
   ListSessions,
   Login,

@@ -1,8 +1,11 @@
 // Appends to an account's durable event stream inside the caller's transaction: the account row's
 // counter is bumped first (a row lock on PostgreSQL, the write lock on SQLite), so sequences have
 // no gaps and follow commit order.
+import { markAppended, EVENTS_CHANNEL } from '../db/commit-signal';
 import { newId } from '../domain/secrets';
-import type { Tx } from './prisma';
+import type { Db, Event, Tx } from './prisma';
+
+export type { Event };
 
 export interface NewEvent {
   type: string;
@@ -20,5 +23,59 @@ export async function appendEvent(tx: Tx, accountId: string, event: NewEvent): P
   await tx.event.create({
     data: { id: newId(), accountId, sequence: eventSequence, ...event, data: event.data as object },
   });
+  // Readers waiting on this account wake once this transaction commits (see commit-signal).
+  if (markAppended(accountId).notifyPostgres) await tx.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})`;
   return eventSequence;
+}
+
+export interface EventQuery {
+  after: bigint;
+  /** Only events up to here (the account's counter read before: all of them have committed). */
+  upTo: bigint;
+  limit: number;
+  resourceType?: string;
+  resourceId?: string;
+}
+
+export class EventStore {
+  constructor(private readonly db: Db) {}
+
+  /** The account's newest sequence and how far retention has removed events; null when the account is gone. */
+  async position(accountId: string): Promise<{ newest: bigint; prunedThrough: bigint } | null> {
+    const account = await this.db.account.findUnique({ where: { id: accountId }, select: { eventSequence: true, eventsPrunedThrough: true } });
+    return account && { newest: account.eventSequence, prunedThrough: account.eventsPrunedThrough };
+  }
+
+  /** Oldest first. */
+  list(accountId: string, query: EventQuery): Promise<Event[]> {
+    return this.db.event.findMany({
+      where: {
+        accountId,
+        sequence: { gt: query.after, lte: query.upTo },
+        ...(query.resourceType ? { resourceType: query.resourceType } : {}),
+        ...(query.resourceId ? { resourceId: query.resourceId } : {}),
+      },
+      orderBy: { sequence: 'asc' },
+      take: query.limit,
+    });
+  }
+
+  /**
+   * Host-wide retention: removes events created before `cutoff`, account by account, and records
+   * how far each account's stream was cut (cursors older than that get 410 N30). Returns how many.
+   */
+  async removeOlderThan(cutoff: Date): Promise<number> {
+    const groups = await this.db.event.groupBy({ by: ['accountId'], where: { createdAt: { lt: cutoff } }, _max: { sequence: true } });
+    let removed = 0;
+    for (const group of groups) {
+      const through = group._max.sequence;
+      if (through === null) continue;
+      removed += await this.db.$transaction(async (tx) => {
+        const { count } = await tx.event.deleteMany({ where: { accountId: group.accountId, sequence: { lte: through } } });
+        await tx.account.updateMany({ where: { id: group.accountId, eventsPrunedThrough: { lt: through } }, data: { eventsPrunedThrough: through } });
+        return count;
+      });
+    }
+    return removed;
+  }
 }

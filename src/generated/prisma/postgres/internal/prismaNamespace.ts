@@ -1366,6 +1366,7 @@ export const AccountScalarFieldEnum = {
   failedSignIns: 'failedSignIns',
   failedSignInsSince: 'failedSignInsSince',
   eventSequence: 'eventSequence',
+  eventsPrunedThrough: 'eventsPrunedThrough',
   deletionRequestedAt: 'deletionRequestedAt'
 } as const
 

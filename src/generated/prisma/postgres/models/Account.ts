@@ -29,11 +29,13 @@ export type AggregateAccount = {
 export type AccountAvgAggregateOutputType = {
   failedSignIns: number | null
   eventSequence: number | null
+  eventsPrunedThrough: number | null
 }
 
 export type AccountSumAggregateOutputType = {
   failedSignIns: number | null
   eventSequence: bigint | null
+  eventsPrunedThrough: bigint | null
 }
 
 export type AccountMinAggregateOutputType = {
@@ -47,6 +49,7 @@ export type AccountMinAggregateOutputType = {
   failedSignIns: number | null
   failedSignInsSince: Date | null
   eventSequence: bigint | null
+  eventsPrunedThrough: bigint | null
   deletionRequestedAt: Date | null
 }
 
@@ -61,6 +64,7 @@ export type AccountMaxAggregateOutputType = {
   failedSignIns: number | null
   failedSignInsSince: Date | null
   eventSequence: bigint | null
+  eventsPrunedThrough: bigint | null
   deletionRequestedAt: Date | null
 }
 
@@ -75,6 +79,7 @@ export type AccountCountAggregateOutputType = {
   failedSignIns: number
   failedSignInsSince: number
   eventSequence: number
+  eventsPrunedThrough: number
   deletionRequestedAt: number
   _all: number
 }
@@ -83,11 +88,13 @@ export type AccountCountAggregateOutputType = {
 export type AccountAvgAggregateInputType = {
   failedSignIns?: true
   eventSequence?: true
+  eventsPrunedThrough?: true
 }
 
 export type AccountSumAggregateInputType = {
   failedSignIns?: true
   eventSequence?: true
+  eventsPrunedThrough?: true
 }
 
 export type AccountMinAggregateInputType = {
@@ -101,6 +108,7 @@ export type AccountMinAggregateInputType = {
   failedSignIns?: true
   failedSignInsSince?: true
   eventSequence?: true
+  eventsPrunedThrough?: true
   deletionRequestedAt?: true
 }
 
@@ -115,6 +123,7 @@ export type AccountMaxAggregateInputType = {
   failedSignIns?: true
   failedSignInsSince?: true
   eventSequence?: true
+  eventsPrunedThrough?: true
   deletionRequestedAt?: true
 }
 
@@ -129,6 +138,7 @@ export type AccountCountAggregateInputType = {
   failedSignIns?: true
   failedSignInsSince?: true
   eventSequence?: true
+  eventsPrunedThrough?: true
   deletionRequestedAt?: true
   _all?: true
 }
@@ -230,6 +240,7 @@ export type AccountGroupByOutputType = {
   failedSignIns: number
   failedSignInsSince: Date | null
   eventSequence: bigint
+  eventsPrunedThrough: bigint
   deletionRequestedAt: Date | null
   _count: AccountCountAggregateOutputType | null
   _avg: AccountAvgAggregateOutputType | null
@@ -267,6 +278,7 @@ export type AccountWhereInput = {
   failedSignIns?: Prisma.IntFilter<"Account"> | number
   failedSignInsSince?: Prisma.DateTimeNullableFilter<"Account"> | Date | string | null
   eventSequence?: Prisma.BigIntFilter<"Account"> | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFilter<"Account"> | bigint | number
   deletionRequestedAt?: Prisma.DateTimeNullableFilter<"Account"> | Date | string | null
   sessions?: Prisma.SessionListRelationFilter
   knownBrowsers?: Prisma.KnownBrowserListRelationFilter
@@ -290,6 +302,7 @@ export type AccountOrderByWithRelationInput = {
   failedSignIns?: Prisma.SortOrder
   failedSignInsSince?: Prisma.SortOrderInput | Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
   deletionRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   sessions?: Prisma.SessionOrderByRelationAggregateInput
   knownBrowsers?: Prisma.KnownBrowserOrderByRelationAggregateInput
@@ -316,6 +329,7 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   failedSignIns?: Prisma.IntFilter<"Account"> | number
   failedSignInsSince?: Prisma.DateTimeNullableFilter<"Account"> | Date | string | null
   eventSequence?: Prisma.BigIntFilter<"Account"> | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFilter<"Account"> | bigint | number
   deletionRequestedAt?: Prisma.DateTimeNullableFilter<"Account"> | Date | string | null
   sessions?: Prisma.SessionListRelationFilter
   knownBrowsers?: Prisma.KnownBrowserListRelationFilter
@@ -339,6 +353,7 @@ export type AccountOrderByWithAggregationInput = {
   failedSignIns?: Prisma.SortOrder
   failedSignInsSince?: Prisma.SortOrderInput | Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
   deletionRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.AccountCountOrderByAggregateInput
   _avg?: Prisma.AccountAvgOrderByAggregateInput
@@ -361,6 +376,7 @@ export type AccountScalarWhereWithAggregatesInput = {
   failedSignIns?: Prisma.IntWithAggregatesFilter<"Account"> | number
   failedSignInsSince?: Prisma.DateTimeNullableWithAggregatesFilter<"Account"> | Date | string | null
   eventSequence?: Prisma.BigIntWithAggregatesFilter<"Account"> | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntWithAggregatesFilter<"Account"> | bigint | number
   deletionRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Account"> | Date | string | null
 }
 
@@ -375,6 +391,7 @@ export type AccountCreateInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -398,6 +415,7 @@ export type AccountUncheckedCreateInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -421,6 +439,7 @@ export type AccountUpdateInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -444,6 +463,7 @@ export type AccountUncheckedUpdateInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -467,6 +487,7 @@ export type AccountCreateManyInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
 }
 
@@ -481,6 +502,7 @@ export type AccountUpdateManyMutationInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -495,6 +517,7 @@ export type AccountUncheckedUpdateManyInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -509,12 +532,14 @@ export type AccountCountOrderByAggregateInput = {
   failedSignIns?: Prisma.SortOrder
   failedSignInsSince?: Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
   deletionRequestedAt?: Prisma.SortOrder
 }
 
 export type AccountAvgOrderByAggregateInput = {
   failedSignIns?: Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
 }
 
 export type AccountMaxOrderByAggregateInput = {
@@ -528,6 +553,7 @@ export type AccountMaxOrderByAggregateInput = {
   failedSignIns?: Prisma.SortOrder
   failedSignInsSince?: Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
   deletionRequestedAt?: Prisma.SortOrder
 }
 
@@ -542,12 +568,14 @@ export type AccountMinOrderByAggregateInput = {
   failedSignIns?: Prisma.SortOrder
   failedSignInsSince?: Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
   deletionRequestedAt?: Prisma.SortOrder
 }
 
 export type AccountSumOrderByAggregateInput = {
   failedSignIns?: Prisma.SortOrder
   eventSequence?: Prisma.SortOrder
+  eventsPrunedThrough?: Prisma.SortOrder
 }
 
 export type AccountScalarRelationFilter = {
@@ -724,6 +752,7 @@ export type AccountCreateWithoutSessionsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
   apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
@@ -746,6 +775,7 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
   apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
@@ -784,6 +814,7 @@ export type AccountUpdateWithoutSessionsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
   apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
@@ -806,6 +837,7 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
   apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
@@ -828,6 +860,7 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
@@ -850,6 +883,7 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
@@ -888,6 +922,7 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
@@ -910,6 +945,7 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
@@ -932,6 +968,7 @@ export type AccountCreateWithoutApiTokensInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -954,6 +991,7 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -992,6 +1030,7 @@ export type AccountUpdateWithoutApiTokensInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1014,6 +1053,7 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1036,6 +1076,7 @@ export type AccountCreateWithoutOauthCodesInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1058,6 +1099,7 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1096,6 +1138,7 @@ export type AccountUpdateWithoutOauthCodesInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1118,6 +1161,7 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1140,6 +1184,7 @@ export type AccountCreateWithoutDeviceKeysInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1162,6 +1207,7 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1200,6 +1246,7 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1222,6 +1269,7 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1244,6 +1292,7 @@ export type AccountCreateWithoutExportLinksInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1266,6 +1315,7 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1304,6 +1354,7 @@ export type AccountUpdateWithoutExportLinksInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1326,6 +1377,7 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1348,6 +1400,7 @@ export type AccountCreateWithoutEventsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1370,6 +1423,7 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1408,6 +1462,7 @@ export type AccountUpdateWithoutEventsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1430,6 +1485,7 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1452,6 +1508,7 @@ export type AccountCreateWithoutInstancesInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1474,6 +1531,7 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1512,6 +1570,7 @@ export type AccountUpdateWithoutInstancesInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1534,6 +1593,7 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1556,6 +1616,7 @@ export type AccountCreateWithoutCommandsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
@@ -1578,6 +1639,7 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   failedSignIns?: number
   failedSignInsSince?: Date | string | null
   eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
   deletionRequestedAt?: Date | string | null
   sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
@@ -1616,6 +1678,7 @@ export type AccountUpdateWithoutCommandsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
@@ -1638,6 +1701,7 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
   failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
   knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
@@ -1763,6 +1827,7 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   failedSignIns?: boolean
   failedSignInsSince?: boolean
   eventSequence?: boolean
+  eventsPrunedThrough?: boolean
   deletionRequestedAt?: boolean
   sessions?: boolean | Prisma.Account$sessionsArgs<ExtArgs>
   knownBrowsers?: boolean | Prisma.Account$knownBrowsersArgs<ExtArgs>
@@ -1787,6 +1852,7 @@ export type AccountSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   failedSignIns?: boolean
   failedSignInsSince?: boolean
   eventSequence?: boolean
+  eventsPrunedThrough?: boolean
   deletionRequestedAt?: boolean
 }, ExtArgs["result"]["account"]>
 
@@ -1801,6 +1867,7 @@ export type AccountSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   failedSignIns?: boolean
   failedSignInsSince?: boolean
   eventSequence?: boolean
+  eventsPrunedThrough?: boolean
   deletionRequestedAt?: boolean
 }, ExtArgs["result"]["account"]>
 
@@ -1815,10 +1882,11 @@ export type AccountSelectScalar = {
   failedSignIns?: boolean
   failedSignInsSince?: boolean
   eventSequence?: boolean
+  eventsPrunedThrough?: boolean
   deletionRequestedAt?: boolean
 }
 
-export type AccountOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "email" | "name" | "passwordHash" | "createdAt" | "updatedAt" | "signInLockedAt" | "failedSignIns" | "failedSignInsSince" | "eventSequence" | "deletionRequestedAt", ExtArgs["result"]["account"]>
+export type AccountOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "email" | "name" | "passwordHash" | "createdAt" | "updatedAt" | "signInLockedAt" | "failedSignIns" | "failedSignInsSince" | "eventSequence" | "eventsPrunedThrough" | "deletionRequestedAt", ExtArgs["result"]["account"]>
 export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   sessions?: boolean | Prisma.Account$sessionsArgs<ExtArgs>
   knownBrowsers?: boolean | Prisma.Account$knownBrowsersArgs<ExtArgs>
@@ -1867,6 +1935,10 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
      * Last event sequence handed out; bumped in the same transaction as the event row (no gaps).
      */
     eventSequence: bigint
+    /**
+     * Events up to this sequence were removed by retention; an older cursor gets 410 N30.
+     */
+    eventsPrunedThrough: bigint
     /**
      * Set when deletion was requested: sign-in is refused from then on.
      */
@@ -2313,6 +2385,7 @@ export interface AccountFieldRefs {
   readonly failedSignIns: Prisma.FieldRef<"Account", 'Int'>
   readonly failedSignInsSince: Prisma.FieldRef<"Account", 'DateTime'>
   readonly eventSequence: Prisma.FieldRef<"Account", 'BigInt'>
+  readonly eventsPrunedThrough: Prisma.FieldRef<"Account", 'BigInt'>
   readonly deletionRequestedAt: Prisma.FieldRef<"Account", 'DateTime'>
 }
     

@@ -89,6 +89,7 @@ export const AccountScalarFieldEnum = {
   failedSignIns: 'failedSignIns',
   failedSignInsSince: 'failedSignInsSince',
   eventSequence: 'eventSequence',
+  eventsPrunedThrough: 'eventsPrunedThrough',
   deletionRequestedAt: 'deletionRequestedAt'
 } as const
 

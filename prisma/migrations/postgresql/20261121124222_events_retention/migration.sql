@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Account" ADD COLUMN     "eventsPrunedThrough" BIGINT NOT NULL DEFAULT 0;
