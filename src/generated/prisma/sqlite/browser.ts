@@ -78,3 +78,24 @@ export type Instance = Prisma.InstanceModel
  * A command run in an instance through exec; output is streamed, only counts are kept.
  */
 export type Command = Prisma.CommandModel
+/**
+ * Model WebhookEndpoint
+ * A webhook endpoint: the account's listed event types are POSTed to `url`, signed with its secret.
+ */
+export type WebhookEndpoint = Prisma.WebhookEndpointModel
+/**
+ * Model WebhookDelivery
+ * One message to one endpoint (the outbox): made in the transaction of the event it carries,
+ * retried until it succeeds or gives up. `body` is the exact bytes sent and signed.
+ */
+export type WebhookDelivery = Prisma.WebhookDeliveryModel
+/**
+ * Model Alert
+ * Something the account should look at; open until acknowledged, raised again by a new occurrence.
+ */
+export type Alert = Prisma.AlertModel
+/**
+ * Model AlertPreference
+ * Per account and alert kind: whether alerts of that kind are e-mailed (they are always shown).
+ */
+export type AlertPreference = Prisma.AlertPreferenceModel

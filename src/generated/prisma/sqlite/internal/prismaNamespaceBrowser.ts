@@ -62,7 +62,11 @@ export const ModelName = {
   Event: 'Event',
   ServiceHeartbeat: 'ServiceHeartbeat',
   Instance: 'Instance',
-  Command: 'Command'
+  Command: 'Command',
+  WebhookEndpoint: 'WebhookEndpoint',
+  WebhookDelivery: 'WebhookDelivery',
+  Alert: 'Alert',
+  AlertPreference: 'AlertPreference'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -271,6 +275,73 @@ export const CommandScalarFieldEnum = {
 } as const
 
 export type CommandScalarFieldEnum = (typeof CommandScalarFieldEnum)[keyof typeof CommandScalarFieldEnum]
+
+
+export const WebhookEndpointScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  url: 'url',
+  events: 'events',
+  secretEncrypted: 'secretEncrypted',
+  enabled: 'enabled',
+  disabledReason: 'disabledReason',
+  consecutiveFailures: 'consecutiveFailures',
+  lastDeliveryAt: 'lastDeliveryAt',
+  lastSuccessAt: 'lastSuccessAt',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type WebhookEndpointScalarFieldEnum = (typeof WebhookEndpointScalarFieldEnum)[keyof typeof WebhookEndpointScalarFieldEnum]
+
+
+export const WebhookDeliveryScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  endpointId: 'endpointId',
+  eventType: 'eventType',
+  eventSequence: 'eventSequence',
+  body: 'body',
+  state: 'state',
+  attempt: 'attempt',
+  nextAttemptAt: 'nextAttemptAt',
+  httpStatus: 'httpStatus',
+  responseExcerpt: 'responseExcerpt',
+  durationMs: 'durationMs',
+  error: 'error',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type WebhookDeliveryScalarFieldEnum = (typeof WebhookDeliveryScalarFieldEnum)[keyof typeof WebhookDeliveryScalarFieldEnum]
+
+
+export const AlertScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  kind: 'kind',
+  title: 'title',
+  detail: 'detail',
+  resourceType: 'resourceType',
+  resourceId: 'resourceId',
+  createdAt: 'createdAt',
+  acknowledgedAt: 'acknowledgedAt',
+  emailedAt: 'emailedAt',
+  emailState: 'emailState',
+  emailAttempts: 'emailAttempts'
+} as const
+
+export type AlertScalarFieldEnum = (typeof AlertScalarFieldEnum)[keyof typeof AlertScalarFieldEnum]
+
+
+export const AlertPreferenceScalarFieldEnum = {
+  accountId: 'accountId',
+  kind: 'kind',
+  enabled: 'enabled'
+} as const
+
+export type AlertPreferenceScalarFieldEnum = (typeof AlertPreferenceScalarFieldEnum)[keyof typeof AlertPreferenceScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -289,6 +289,10 @@ export type AccountWhereInput = {
   events?: Prisma.EventListRelationFilter
   instances?: Prisma.InstanceListRelationFilter
   commands?: Prisma.CommandListRelationFilter
+  webhooks?: Prisma.WebhookEndpointListRelationFilter
+  deliveries?: Prisma.WebhookDeliveryListRelationFilter
+  alerts?: Prisma.AlertListRelationFilter
+  alertPreferences?: Prisma.AlertPreferenceListRelationFilter
 }
 
 export type AccountOrderByWithRelationInput = {
@@ -313,6 +317,10 @@ export type AccountOrderByWithRelationInput = {
   events?: Prisma.EventOrderByRelationAggregateInput
   instances?: Prisma.InstanceOrderByRelationAggregateInput
   commands?: Prisma.CommandOrderByRelationAggregateInput
+  webhooks?: Prisma.WebhookEndpointOrderByRelationAggregateInput
+  deliveries?: Prisma.WebhookDeliveryOrderByRelationAggregateInput
+  alerts?: Prisma.AlertOrderByRelationAggregateInput
+  alertPreferences?: Prisma.AlertPreferenceOrderByRelationAggregateInput
 }
 
 export type AccountWhereUniqueInput = Prisma.AtLeast<{
@@ -340,6 +348,10 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   events?: Prisma.EventListRelationFilter
   instances?: Prisma.InstanceListRelationFilter
   commands?: Prisma.CommandListRelationFilter
+  webhooks?: Prisma.WebhookEndpointListRelationFilter
+  deliveries?: Prisma.WebhookDeliveryListRelationFilter
+  alerts?: Prisma.AlertListRelationFilter
+  alertPreferences?: Prisma.AlertPreferenceListRelationFilter
 }, "id" | "email">
 
 export type AccountOrderByWithAggregationInput = {
@@ -402,6 +414,10 @@ export type AccountCreateInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateInput = {
@@ -426,6 +442,10 @@ export type AccountUncheckedCreateInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUpdateInput = {
@@ -450,6 +470,10 @@ export type AccountUpdateInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateInput = {
@@ -474,6 +498,10 @@ export type AccountUncheckedUpdateInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateManyInput = {
@@ -741,6 +769,62 @@ export type AccountUpdateOneRequiredWithoutCommandsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutCommandsInput, Prisma.AccountUpdateWithoutCommandsInput>, Prisma.AccountUncheckedUpdateWithoutCommandsInput>
 }
 
+export type AccountCreateNestedOneWithoutWebhooksInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutWebhooksInput, Prisma.AccountUncheckedCreateWithoutWebhooksInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutWebhooksInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutWebhooksNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutWebhooksInput, Prisma.AccountUncheckedCreateWithoutWebhooksInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutWebhooksInput
+  upsert?: Prisma.AccountUpsertWithoutWebhooksInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutWebhooksInput, Prisma.AccountUpdateWithoutWebhooksInput>, Prisma.AccountUncheckedUpdateWithoutWebhooksInput>
+}
+
+export type AccountCreateNestedOneWithoutDeliveriesInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDeliveriesInput, Prisma.AccountUncheckedCreateWithoutDeliveriesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDeliveriesInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutDeliveriesNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDeliveriesInput, Prisma.AccountUncheckedCreateWithoutDeliveriesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDeliveriesInput
+  upsert?: Prisma.AccountUpsertWithoutDeliveriesInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutDeliveriesInput, Prisma.AccountUpdateWithoutDeliveriesInput>, Prisma.AccountUncheckedUpdateWithoutDeliveriesInput>
+}
+
+export type AccountCreateNestedOneWithoutAlertsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutAlertsInput, Prisma.AccountUncheckedCreateWithoutAlertsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutAlertsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutAlertsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutAlertsInput, Prisma.AccountUncheckedCreateWithoutAlertsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutAlertsInput
+  upsert?: Prisma.AccountUpsertWithoutAlertsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutAlertsInput, Prisma.AccountUpdateWithoutAlertsInput>, Prisma.AccountUncheckedUpdateWithoutAlertsInput>
+}
+
+export type AccountCreateNestedOneWithoutAlertPreferencesInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutAlertPreferencesInput, Prisma.AccountUncheckedCreateWithoutAlertPreferencesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutAlertPreferencesInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutAlertPreferencesNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutAlertPreferencesInput, Prisma.AccountUncheckedCreateWithoutAlertPreferencesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutAlertPreferencesInput
+  upsert?: Prisma.AccountUpsertWithoutAlertPreferencesInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutAlertPreferencesInput, Prisma.AccountUpdateWithoutAlertPreferencesInput>, Prisma.AccountUncheckedUpdateWithoutAlertPreferencesInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -762,6 +846,10 @@ export type AccountCreateWithoutSessionsInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutSessionsInput = {
@@ -785,6 +873,10 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutSessionsInput = {
@@ -824,6 +916,10 @@ export type AccountUpdateWithoutSessionsInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutSessionsInput = {
@@ -847,6 +943,10 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutKnownBrowsersInput = {
@@ -870,6 +970,10 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
@@ -893,6 +997,10 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutKnownBrowsersInput = {
@@ -932,6 +1040,10 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
@@ -955,6 +1067,10 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutApiTokensInput = {
@@ -978,6 +1094,10 @@ export type AccountCreateWithoutApiTokensInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutApiTokensInput = {
@@ -1001,6 +1121,10 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutApiTokensInput = {
@@ -1040,6 +1164,10 @@ export type AccountUpdateWithoutApiTokensInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutApiTokensInput = {
@@ -1063,6 +1191,10 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutOauthCodesInput = {
@@ -1086,6 +1218,10 @@ export type AccountCreateWithoutOauthCodesInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutOauthCodesInput = {
@@ -1109,6 +1245,10 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutOauthCodesInput = {
@@ -1148,6 +1288,10 @@ export type AccountUpdateWithoutOauthCodesInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutOauthCodesInput = {
@@ -1171,6 +1315,10 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeviceKeysInput = {
@@ -1194,6 +1342,10 @@ export type AccountCreateWithoutDeviceKeysInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeviceKeysInput = {
@@ -1217,6 +1369,10 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeviceKeysInput = {
@@ -1256,6 +1412,10 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
@@ -1279,6 +1439,10 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutExportLinksInput = {
@@ -1302,6 +1466,10 @@ export type AccountCreateWithoutExportLinksInput = {
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutExportLinksInput = {
@@ -1325,6 +1493,10 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutExportLinksInput = {
@@ -1364,6 +1536,10 @@ export type AccountUpdateWithoutExportLinksInput = {
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutExportLinksInput = {
@@ -1387,6 +1563,10 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutEventsInput = {
@@ -1410,6 +1590,10 @@ export type AccountCreateWithoutEventsInput = {
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutEventsInput = {
@@ -1433,6 +1617,10 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutEventsInput = {
@@ -1472,6 +1660,10 @@ export type AccountUpdateWithoutEventsInput = {
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutEventsInput = {
@@ -1495,6 +1687,10 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutInstancesInput = {
@@ -1518,6 +1714,10 @@ export type AccountCreateWithoutInstancesInput = {
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutInstancesInput = {
@@ -1541,6 +1741,10 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutInstancesInput = {
@@ -1580,6 +1784,10 @@ export type AccountUpdateWithoutInstancesInput = {
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutInstancesInput = {
@@ -1603,6 +1811,10 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutCommandsInput = {
@@ -1626,6 +1838,10 @@ export type AccountCreateWithoutCommandsInput = {
   exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
   events?: Prisma.EventCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutCommandsInput = {
@@ -1649,6 +1865,10 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
   events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
   instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutCommandsInput = {
@@ -1688,6 +1908,10 @@ export type AccountUpdateWithoutCommandsInput = {
   exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutCommandsInput = {
@@ -1711,6 +1935,506 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
   events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
   instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutWebhooksInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutWebhooksInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutWebhooksInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutWebhooksInput, Prisma.AccountUncheckedCreateWithoutWebhooksInput>
+}
+
+export type AccountUpsertWithoutWebhooksInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutWebhooksInput, Prisma.AccountUncheckedUpdateWithoutWebhooksInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutWebhooksInput, Prisma.AccountUncheckedCreateWithoutWebhooksInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutWebhooksInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutWebhooksInput, Prisma.AccountUncheckedUpdateWithoutWebhooksInput>
+}
+
+export type AccountUpdateWithoutWebhooksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutWebhooksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutDeliveriesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutDeliveriesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutDeliveriesInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDeliveriesInput, Prisma.AccountUncheckedCreateWithoutDeliveriesInput>
+}
+
+export type AccountUpsertWithoutDeliveriesInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutDeliveriesInput, Prisma.AccountUncheckedUpdateWithoutDeliveriesInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDeliveriesInput, Prisma.AccountUncheckedCreateWithoutDeliveriesInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutDeliveriesInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutDeliveriesInput, Prisma.AccountUncheckedUpdateWithoutDeliveriesInput>
+}
+
+export type AccountUpdateWithoutDeliveriesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutDeliveriesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutAlertsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutAlertsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutAlertsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutAlertsInput, Prisma.AccountUncheckedCreateWithoutAlertsInput>
+}
+
+export type AccountUpsertWithoutAlertsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutAlertsInput, Prisma.AccountUncheckedUpdateWithoutAlertsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutAlertsInput, Prisma.AccountUncheckedCreateWithoutAlertsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutAlertsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutAlertsInput, Prisma.AccountUncheckedUpdateWithoutAlertsInput>
+}
+
+export type AccountUpdateWithoutAlertsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutAlertsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutAlertPreferencesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutAlertPreferencesInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutAlertPreferencesInput, Prisma.AccountUncheckedCreateWithoutAlertPreferencesInput>
+}
+
+export type AccountUpsertWithoutAlertPreferencesInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutAlertPreferencesInput, Prisma.AccountUncheckedUpdateWithoutAlertPreferencesInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutAlertPreferencesInput, Prisma.AccountUncheckedCreateWithoutAlertPreferencesInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutAlertPreferencesInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutAlertPreferencesInput, Prisma.AccountUncheckedUpdateWithoutAlertPreferencesInput>
+}
+
+export type AccountUpdateWithoutAlertPreferencesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 
@@ -1728,6 +2452,10 @@ export type AccountCountOutputType = {
   events: number
   instances: number
   commands: number
+  webhooks: number
+  deliveries: number
+  alerts: number
+  alertPreferences: number
 }
 
 export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1740,6 +2468,10 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   events?: boolean | AccountCountOutputTypeCountEventsArgs
   instances?: boolean | AccountCountOutputTypeCountInstancesArgs
   commands?: boolean | AccountCountOutputTypeCountCommandsArgs
+  webhooks?: boolean | AccountCountOutputTypeCountWebhooksArgs
+  deliveries?: boolean | AccountCountOutputTypeCountDeliveriesArgs
+  alerts?: boolean | AccountCountOutputTypeCountAlertsArgs
+  alertPreferences?: boolean | AccountCountOutputTypeCountAlertPreferencesArgs
 }
 
 /**
@@ -1815,6 +2547,34 @@ export type AccountCountOutputTypeCountCommandsArgs<ExtArgs extends runtime.Type
   where?: Prisma.CommandWhereInput
 }
 
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountWebhooksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.WebhookEndpointWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountDeliveriesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.WebhookDeliveryWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountAlertsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.AlertWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountAlertPreferencesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.AlertPreferenceWhereInput
+}
+
 
 export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -1838,6 +2598,10 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   events?: boolean | Prisma.Account$eventsArgs<ExtArgs>
   instances?: boolean | Prisma.Account$instancesArgs<ExtArgs>
   commands?: boolean | Prisma.Account$commandsArgs<ExtArgs>
+  webhooks?: boolean | Prisma.Account$webhooksArgs<ExtArgs>
+  deliveries?: boolean | Prisma.Account$deliveriesArgs<ExtArgs>
+  alerts?: boolean | Prisma.Account$alertsArgs<ExtArgs>
+  alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["account"]>
 
@@ -1897,6 +2661,10 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   events?: boolean | Prisma.Account$eventsArgs<ExtArgs>
   instances?: boolean | Prisma.Account$instancesArgs<ExtArgs>
   commands?: boolean | Prisma.Account$commandsArgs<ExtArgs>
+  webhooks?: boolean | Prisma.Account$webhooksArgs<ExtArgs>
+  deliveries?: boolean | Prisma.Account$deliveriesArgs<ExtArgs>
+  alerts?: boolean | Prisma.Account$alertsArgs<ExtArgs>
+  alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type AccountIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -1914,6 +2682,10 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     events: Prisma.$EventPayload<ExtArgs>[]
     instances: Prisma.$InstancePayload<ExtArgs>[]
     commands: Prisma.$CommandPayload<ExtArgs>[]
+    webhooks: Prisma.$WebhookEndpointPayload<ExtArgs>[]
+    deliveries: Prisma.$WebhookDeliveryPayload<ExtArgs>[]
+    alerts: Prisma.$AlertPayload<ExtArgs>[]
+    alertPreferences: Prisma.$AlertPreferencePayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -2346,6 +3118,10 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   events<T extends Prisma.Account$eventsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$eventsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EventPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   instances<T extends Prisma.Account$instancesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$instancesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$InstancePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   commands<T extends Prisma.Account$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  webhooks<T extends Prisma.Account$webhooksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$webhooksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$WebhookEndpointPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  deliveries<T extends Prisma.Account$deliveriesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$deliveriesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$WebhookDeliveryPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  alerts<T extends Prisma.Account$alertsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$alertsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AlertPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  alertPreferences<T extends Prisma.Account$alertPreferencesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$alertPreferencesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AlertPreferencePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -2991,6 +3767,102 @@ export type Account$commandsArgs<ExtArgs extends runtime.Types.Extensions.Intern
   take?: number
   skip?: number
   distinct?: Prisma.CommandScalarFieldEnum | Prisma.CommandScalarFieldEnum[]
+}
+
+/**
+ * Account.webhooks
+ */
+export type Account$webhooksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the WebhookEndpoint
+   */
+  select?: Prisma.WebhookEndpointSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the WebhookEndpoint
+   */
+  omit?: Prisma.WebhookEndpointOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.WebhookEndpointInclude<ExtArgs> | null
+  where?: Prisma.WebhookEndpointWhereInput
+  orderBy?: Prisma.WebhookEndpointOrderByWithRelationInput | Prisma.WebhookEndpointOrderByWithRelationInput[]
+  cursor?: Prisma.WebhookEndpointWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.WebhookEndpointScalarFieldEnum | Prisma.WebhookEndpointScalarFieldEnum[]
+}
+
+/**
+ * Account.deliveries
+ */
+export type Account$deliveriesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the WebhookDelivery
+   */
+  select?: Prisma.WebhookDeliverySelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the WebhookDelivery
+   */
+  omit?: Prisma.WebhookDeliveryOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.WebhookDeliveryInclude<ExtArgs> | null
+  where?: Prisma.WebhookDeliveryWhereInput
+  orderBy?: Prisma.WebhookDeliveryOrderByWithRelationInput | Prisma.WebhookDeliveryOrderByWithRelationInput[]
+  cursor?: Prisma.WebhookDeliveryWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.WebhookDeliveryScalarFieldEnum | Prisma.WebhookDeliveryScalarFieldEnum[]
+}
+
+/**
+ * Account.alerts
+ */
+export type Account$alertsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Alert
+   */
+  select?: Prisma.AlertSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Alert
+   */
+  omit?: Prisma.AlertOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.AlertInclude<ExtArgs> | null
+  where?: Prisma.AlertWhereInput
+  orderBy?: Prisma.AlertOrderByWithRelationInput | Prisma.AlertOrderByWithRelationInput[]
+  cursor?: Prisma.AlertWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.AlertScalarFieldEnum | Prisma.AlertScalarFieldEnum[]
+}
+
+/**
+ * Account.alertPreferences
+ */
+export type Account$alertPreferencesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the AlertPreference
+   */
+  select?: Prisma.AlertPreferenceSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the AlertPreference
+   */
+  omit?: Prisma.AlertPreferenceOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.AlertPreferenceInclude<ExtArgs> | null
+  where?: Prisma.AlertPreferenceWhereInput
+  orderBy?: Prisma.AlertPreferenceOrderByWithRelationInput | Prisma.AlertPreferenceOrderByWithRelationInput[]
+  cursor?: Prisma.AlertPreferenceWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.AlertPreferenceScalarFieldEnum | Prisma.AlertPreferenceScalarFieldEnum[]
 }
 
 /**
