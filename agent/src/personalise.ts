@@ -1,12 +1,15 @@
-// personalise: host name, root's authorized_keys and (on first boot and after a fork) fresh SSH host
-// keys. All files live under config.root so tests can run it against a temporary directory.
+// personalise: host name, root's authorized_keys and, once per new disk (first boot, and after a
+// fork), fresh SSH host keys and a fresh machine id. All files live under config.root so tests can
+// run it against a temporary directory.
 import { promises as fs } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { HostKey, PersonaliseResult } from '../../src/compute/agent-protocol';
 import { runCommand } from './commands';
 import type { AgentConfig } from './config';
 import { AgentError } from './errors';
+import { exists, writeAtomic } from './files';
 import type { Logger } from './log';
+import { readMachineId, resetMachineId } from './machine-id';
 import { bool, object, str, strings } from './validate';
 
 const HOSTNAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
@@ -34,6 +37,9 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
 
   const sshEtc = join(root, 'etc/ssh');
   if (regenerate) {
+    // Same trigger as the host keys: the host asks exactly once per new disk, so a fork stops
+    // sharing its source's identity.
+    await resetMachineId(root);
     await fs.mkdir(sshEtc, { recursive: true });
     for (const name of await fs.readdir(sshEtc)) {
       if (/^ssh_host_.*_key(\.pub)?$/.test(name)) await fs.rm(join(sshEtc, name), { force: true });
@@ -49,7 +55,7 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
       }
     }
   }
-  return { hostname, host_keys: await hostKeys(sshEtc) };
+  return { hostname, host_keys: await hostKeys(sshEtc), machine_id: await readMachineId(root) };
 }
 
 export async function hostKeys(sshEtc: string): Promise<HostKey[]> {
@@ -82,21 +88,4 @@ async function setHostsEntry(path: string, hostname: string): Promise<void> {
   if (at >= 0) lines[at] = entry;
   else lines.push(entry);
   await writeAtomic(path, `${lines.join('\n')}\n`, 0o644);
-}
-
-async function writeAtomic(path: string, content: string, mode: number): Promise<void> {
-  await fs.mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.kiste-tmp`;
-  await fs.writeFile(tmp, content, { mode });
-  await fs.chmod(tmp, mode);
-  await fs.rename(tmp, path);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await fs.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
 }

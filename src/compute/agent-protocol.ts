@@ -509,6 +509,11 @@ export interface HostKey {
 export interface PersonaliseResult {
   hostname: string;
   host_keys: HostKey[];
+  /**
+   * The guest's /etc/machine-id (32 hex digits), new whenever regenerate_host_keys was set; null
+   * while the guest has none committed. Absent from agents older than the field.
+   */
+  machine_id?: string | null;
 }
 
 export interface TcpOpenParams {

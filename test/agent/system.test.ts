@@ -1,8 +1,10 @@
-// metrics (real /proc and a fixture /proc), personalise into a temporary root, readiness, time,
-// fs.sync and shutdown, through the real agent bundle. System commands that would change the
-// machine running the tests (hostname, date, systemctl, sync) are stand-ins that log their arguments.
+// metrics (real /proc and a fixture /proc), personalise (host name, keys, machine id) into a
+// temporary root, readiness, time, fs.sync and shutdown, through the real agent bundle. System
+// commands that would change the machine running the tests (hostname, date, systemctl, sync) are
+// stand-ins that log their arguments.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import { join } from 'node:path';
@@ -130,6 +132,61 @@ describe('with the real /proc', () => {
     // Without regeneration the keys stay and are reported.
     const third = await client.personalise({ hostname: 'quiet-otter', authorized_keys: [deviceKey], regenerate_host_keys: false });
     expect(third.host_keys).toEqual(second.host_keys);
+  });
+
+  test('personalise gives every new disk its own machine id', async () => {
+    // A fork's disk as it arrives: the source's committed id, D-Bus's copy of it, the source's seed.
+    const sourceId = '0123456789abcdef0123456789abcdef';
+    const file = (path: string) => join(agent.root, path);
+    mkdirSync(file('var/lib/dbus'), { recursive: true });
+    mkdirSync(file('var/lib/systemd'), { recursive: true });
+    writeFileSync(file('etc/machine-id'), `${sourceId}\n`, { mode: 0o444 });
+    writeFileSync(file('var/lib/dbus/machine-id'), `${sourceId}\n`);
+    writeFileSync(file('var/lib/systemd/random-seed'), randomBytes(512));
+    const params = { hostname: 'fork-one', authorized_keys: [], regenerate_host_keys: true };
+
+    const first = await client.personalise(params);
+    const firstId = readFileSync(file('etc/machine-id'), 'utf8');
+    expect(firstId).toMatch(/^[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}\n$/);
+    expect(firstId.trim()).not.toBe(sourceId);
+    expect(first.machine_id).toBe(firstId.trim());
+    expect(statSync(file('etc/machine-id')).mode & 0o777).toBe(0o444);
+    expect(readFileSync(file('var/lib/dbus/machine-id'), 'utf8')).toBe(firstId);
+    expect(existsSync(file('var/lib/systemd/random-seed'))).toBe(false);
+
+    // The next new disk (another fork of the same source) gets yet another id. Debian's D-Bus
+    // link to /etc/machine-id (here relative, so that it resolves inside the test root) stays a link.
+    writeFileSync(file('var/lib/systemd/random-seed'), randomBytes(512));
+    rmSync(file('var/lib/dbus/machine-id'));
+    symlinkSync('../../../etc/machine-id', file('var/lib/dbus/machine-id'));
+    const second = await client.personalise(params);
+    expect(second.machine_id).toMatch(/^[0-9a-f]{32}$/);
+    expect(second.machine_id).not.toBe(first.machine_id);
+    expect(readFileSync(file('etc/machine-id'), 'utf8')).toBe(`${second.machine_id}\n`);
+    expect(lstatSync(file('var/lib/dbus/machine-id')).isSymbolicLink()).toBe(true);
+    expect(readFileSync(file('var/lib/dbus/machine-id'), 'utf8')).toBe(`${second.machine_id}\n`);
+    expect(existsSync(file('var/lib/systemd/random-seed'))).toBe(false);
+
+    // A link that leads out of the guest's root is replaced by a copy, never written through.
+    const outside = join(agent.dir, 'outside-machine-id');
+    writeFileSync(outside, `${sourceId}\n`);
+    rmSync(file('var/lib/dbus/machine-id'));
+    symlinkSync(outside, file('var/lib/dbus/machine-id'));
+    const third = await client.personalise(params);
+    expect(readFileSync(outside, 'utf8')).toBe(`${sourceId}\n`);
+    expect(lstatSync(file('var/lib/dbus/machine-id')).isSymbolicLink()).toBe(false);
+    expect(readFileSync(file('var/lib/dbus/machine-id'), 'utf8')).toBe(`${third.machine_id}\n`);
+
+    // Later boots of the same disk (no regeneration) keep and report the id, and leave the seed.
+    writeFileSync(file('var/lib/systemd/random-seed'), randomBytes(512));
+    const again = await client.personalise({ ...params, regenerate_host_keys: false });
+    expect(again.machine_id).toBe(third.machine_id);
+    expect(readFileSync(file('etc/machine-id'), 'utf8')).toBe(`${third.machine_id}\n`);
+    expect(existsSync(file('var/lib/systemd/random-seed'))).toBe(true);
+
+    // An image's empty file (not yet committed) is reported as no id.
+    writeFileSync(file('etc/machine-id'), '');
+    expect((await client.personalise({ ...params, regenerate_host_keys: false })).machine_id).toBeNull();
   });
 
   test('personalise rejects bad input', async () => {

@@ -1,0 +1,47 @@
+// Client options and their defaults, resolved once so the connection and the client facade read
+// the same values.
+import type { Duplex } from 'node:stream';
+import { clampWindow } from '../agent-protocol';
+
+export interface AgentLogger {
+  debug(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+export interface AgentClientOptions {
+  /** Opens a new byte stream to the agent: for a machine, a connection to QEMU's chardev socket. */
+  connect: () => Duplex | Promise<Duplex>;
+  /** Default per-request timeout. */
+  requestTimeoutMs?: number;
+  /** SYNC is repeated (with a new nonce) this often until the agent answers. */
+  syncRetryMs?: number;
+  /** Reconnect after the stream ends (default true). */
+  reconnect?: boolean;
+  reconnectMinMs?: number;
+  reconnectMaxMs?: number;
+  /** Output credit per exec / tcp channel. */
+  windowBytes?: number;
+  hostVersion?: string;
+  logger?: AgentLogger;
+}
+
+export interface RequestOptions {
+  timeoutMs?: number;
+}
+
+export type ResolvedOptions = Required<Omit<AgentClientOptions, 'logger' | 'hostVersion'>> & Pick<AgentClientOptions, 'hostVersion'>;
+
+export const NOOP_LOGGER: AgentLogger = { debug: () => undefined, warn: () => undefined };
+
+export function resolveOptions(options: AgentClientOptions): ResolvedOptions {
+  return {
+    connect: options.connect,
+    requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
+    syncRetryMs: options.syncRetryMs ?? 1000,
+    reconnect: options.reconnect ?? true,
+    reconnectMinMs: options.reconnectMinMs ?? 100,
+    reconnectMaxMs: options.reconnectMaxMs ?? 2000,
+    windowBytes: clampWindow(options.windowBytes ?? 1024 * 1024),
+    hostVersion: options.hostVersion,
+  };
+}
