@@ -16,6 +16,8 @@ export interface DiskState {
    * switches to it, so that a service killed in between can tell which file is the real top.
    */
   pending?: string;
+  /** What the guest was last personalised with (a hash) and the host keys it answered. */
+  personalised?: { identity: string; hostKeys: Array<{ algorithm: string; publicKey: string }> };
 }
 
 export class LayerStore {

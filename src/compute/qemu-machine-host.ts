@@ -2,6 +2,7 @@
 // (it outlives the service; a restart adopts it), the guest agent over virtio-serial, guest RAM in
 // a file so a memory session saves and resumes in well under a second.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, openSync, readSync, closeSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { connect } from 'node:net';
 import { basename, isAbsolute, join, relative, sep } from 'node:path';
 import { pruneImageVersions, readLatestImage } from '../../images';
@@ -162,8 +163,9 @@ export class QemuMachineHost implements MachineHost {
     rmSync(files.stateFile, { force: true }); // the session is live again; a later stop saves a new one
     const agent = this.agent(id);
     await agent.waitConnected(60_000);
-    await agent.setTime(Date.now()); // the guest clock stood still while the session was saved
-    return this.personalise(id, identity);
+    // The guest clock stood still while the session was saved; set it while personalising.
+    const [started] = await Promise.all([this.personalise(id, identity, { resumed: true }), agent.setTime(Date.now())]);
+    return started;
   }
 
   async hasSession(id: string): Promise<boolean> {
@@ -209,7 +211,7 @@ export class QemuMachineHost implements MachineHost {
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
       const active = machine ? basename((await activeLayer(machine.qmp)).file) : await this.settledOffline(state);
-      if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { active, hostKeysGenerated: state.hostKeysGenerated });
+      if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { ...state, active, pending: undefined });
     }
     return machine !== undefined;
   }
@@ -300,19 +302,26 @@ export class QemuMachineHost implements MachineHost {
     this.running.clear();
   }
 
-  private async personalise(id: string, identity: GuestIdentity): Promise<StartedMachine> {
+  /**
+   * Host name, authorized keys and (once per disk) host keys and machine id. A resumed session that
+   * was personalised with the same identity already has all of it: only readiness is awaited.
+   */
+  private async personalise(id: string, identity: GuestIdentity, options: { resumed?: boolean } = {}): Promise<StartedMachine> {
     const agent = this.agent(id);
     await agent.waitReady(this.options.bootTimeoutMs ?? 300_000);
     const dir = this.machineDir(id);
     const state = this.diskState(id);
+    const identityHash = createHash('sha256').update(JSON.stringify([identity.hostname, identity.authorizedKeys])).digest('hex');
+    if (options.resumed && state.hostKeysGenerated && state.personalised?.identity === identityHash) return { hostKeys: state.personalised.hostKeys };
     const result = await agent.personalise({
       hostname: identity.hostname,
       authorized_keys: identity.authorizedKeys,
       regenerate_host_keys: !state.hostKeysGenerated,
     });
-    if (!state.hostKeysGenerated) this.layers.writeState(dir, { ...state, hostKeysGenerated: true });
+    const hostKeys = result.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key }));
+    this.layers.writeState(dir, { ...this.diskState(id), hostKeysGenerated: true, personalised: { identity: identityHash, hostKeys } });
     await agent.waitReady(60_000); // sshd restarts after new host keys
-    return { hostKeys: result.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key })) };
+    return { hostKeys };
   }
 
   /**
@@ -326,7 +335,7 @@ export class QemuMachineHost implements MachineHost {
     this.layers.writeState(dir, { ...state, pending: next });
     const frozen = await activeLayer(machine.qmp);
     await put(next);
-    this.layers.writeState(dir, { active: next, hostKeysGenerated: state.hostKeysGenerated });
+    this.layers.writeState(dir, { ...state, active: next, pending: undefined });
     await trackChanges(machine);
     await removeDirtyBitmap(machine.qmp, { node: frozen.node, name: CHANGES_BITMAP }).catch(() => undefined); // frozen: it cannot change
   }
