@@ -54,6 +54,7 @@ describe('the service process', () => {
       KISTE_LISTEN: `127.0.0.1:${port}`,
       KISTE_DATA_DIR: fresh.dataDir,
       KISTE_IMAGE_DIR: TEST_IMAGE_DIR, // the shared test image: no image build per start
+      KISTE_IMAGE_PROFILE: 'minimal', // never the desktop image (the default): its build takes many minutes
       KISTE_ADMIN_EMAIL: ADMIN_EMAIL,
       KISTE_ADMIN_PASSWORD: ADMIN_PASSWORD,
       ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),

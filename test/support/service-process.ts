@@ -30,11 +30,16 @@ export class ServiceProcess {
   readonly exited: Promise<Exit>;
   private exit: Exit | null = null;
 
+  /**
+   * `env` is all of the child's KISTE_* configuration (the test process's own are not passed on),
+   * over two defaults: log level info, and the minimal image profile (the service builds its
+   * profile's image at start; the default, desktop, is far too slow a build for tests).
+   */
   constructor(env: Record<string, string>) {
     const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
     this.child = spawn(TSX, ['src/server.ts'], {
       cwd: ROOT,
-      env: { ...base, KISTE_LOG_LEVEL: 'info', ...env } as NodeJS.ProcessEnv,
+      env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', ...env } as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
