@@ -28,13 +28,13 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         disk_mib: 0,
         api_tokens: usage.apiTokens,
         device_keys: usage.deviceKeys,
-        webhooks: 0,
+        webhooks: await services.webhooks.count(auth.accountId),
         ssh_tunnels: 0,
       },
       features: {
         native_exec_stream: true,
         command_interrupt: true,
-        event_watch: false,
+        event_watch: true, // GET /v1/events with wait_ms
         hosted_http: false,
         hosted_websocket: false,
         snapshots: false,

@@ -1,4 +1,5 @@
-// Periodic work of a running service: due account deletions and the uptime heartbeat. Each job
+// Periodic work of a running service: due account deletions, the uptime heartbeat, event retention,
+// instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries. Each job
 // runs again only after its previous run finished; stop() waits for running ones.
 import type { Logger } from 'pino';
 import type { Services } from './services';
@@ -7,6 +8,8 @@ interface Job {
   name: string;
   everyMs: number;
   run(): Promise<unknown>;
+  /** For a job whose run() loops by itself: asks it to end (stop() then waits for it). */
+  stop?(): void;
 }
 
 export class BackgroundJobs {
@@ -34,6 +37,7 @@ export class BackgroundJobs {
   async stop(): Promise<void> {
     this.stopped = true;
     for (const timer of this.timers) clearTimeout(timer);
+    for (const job of this.jobs) job.stop?.();
     await Promise.all(this.running);
   }
 }
@@ -46,6 +50,11 @@ export function serviceJobs(services: Services, logger: Logger): BackgroundJobs 
       { name: 'event-retention', everyMs: 3_600_000, run: () => services.events.removeExpired() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
       { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },
+      // loops by itself: what is due every second, at once when an event commits (it may have queued deliveries)
+      { name: 'webhook-deliveries', everyMs: 1_000, run: () => services.webhookDeliveries.runForever(1_000), stop: () => services.webhookDeliveries.stop() },
+      { name: 'alert-email', everyMs: 5_000, run: () => services.alerts.outbox.run() },
+      { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
+      { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
     ],
     logger,
   );

@@ -18,11 +18,18 @@ export interface Config {
   signInAttemptsPerMinute: number;
   logLevel: string;
   version: string;
-  /** Host image that stands for the universal image (minimal until the desktop image is built here). */
+  /**
+   * Host image that stands for the universal image: `desktop` (Xfce on a virtual display, the
+   * default) or `minimal` (no desktop, boots fast: tests and small hosts).
+   */
   imageProfile: 'minimal' | 'desktop';
   imagesDir: string;
   /** auto: probe KVM once, else TCG. */
   accelerator: 'auto' | 'kvm' | 'tcg';
+  /** KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE: webhooks may target http://, any port and private addresses (development and tests only). */
+  webhooksAllowPrivateTargetsUnsafe: boolean;
+  /** SMTP relay for alert e-mail (KISTE_SMTP_URL, KISTE_MAIL_FROM); null: alerts are not e-mailed. */
+  smtp: { url: string; from: string } | null;
 }
 
 export class ConfigError extends Error {}
@@ -91,8 +98,29 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
     logLevel: env.KISTE_LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
-    imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop'] as const, 'minimal'),
+    imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop'] as const, 'desktop'),
     imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
+    webhooksAllowPrivateTargetsUnsafe: flag(env.KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE),
+    smtp: smtpSettings(env.KISTE_SMTP_URL, env.KISTE_MAIL_FROM, baseUrl),
   };
+}
+
+/** The relay URL (smtp:// or smtps://) and the From address: KISTE_MAIL_FROM, else the relay user when it is an address, else kiste@<base URL host name> (localhost for an IP address). */
+function smtpSettings(url: string | undefined, from: string | undefined, baseUrl: string): Config['smtp'] {
+  if (!url) {
+    if (from) throw new ConfigError('KISTE_MAIL_FROM is set but KISTE_SMTP_URL is not');
+    return null;
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError('KISTE_SMTP_URL must be a URL such as smtp://user:password@host:587 or smtps://host:465');
+  }
+  if (parsed.protocol !== 'smtp:' && parsed.protocol !== 'smtps:') throw new ConfigError(`KISTE_SMTP_URL must start with smtp:// or smtps://, got ${parsed.protocol}//`);
+  if (!parsed.hostname) throw new ConfigError('KISTE_SMTP_URL names no host');
+  const user = decodeURIComponent(parsed.username);
+  const host = new URL(baseUrl).hostname;
+  return { url, from: from || (user.includes('@') ? user : `kiste@${isIP(host.replace(/^\[|\]$/g, '')) ? 'localhost' : host}`) };
 }

@@ -14,9 +14,11 @@ import { DeviceKeys } from './domain/device-keys';
 import { Limits } from './domain/limits';
 import { OAuth } from './domain/oauth';
 import { Platform } from './domain/platform';
+import { EventStream } from './domain/events';
+import { EventStore } from './store/events';
 import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
-import { Commands } from './domain/commands';
+import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { QemuMachineHost } from './compute/qemu-machine-host';
 import { InstanceStore } from './store/instances';
@@ -28,6 +30,17 @@ import { ExportLinkStore } from './store/exports';
 import { HeartbeatStore } from './store/heartbeats';
 import { OAuthCodeStore } from './store/oauth-codes';
 import { SessionStore } from './store/sessions';
+import { WebhookStore } from './store/webhooks';
+import { SecretBox } from './domain/secret-box';
+import { WebhookDeliveries } from './domain/webhook-deliveries';
+import { systemResolver, type Resolver } from './domain/webhook-target';
+import { Webhooks } from './domain/webhooks';
+import { sendWebhook } from './webhooks/sender';
+import { Alerts } from './domain/alerts';
+import { AlertChecks } from './domain/alert-checks';
+import { AlertOutbox } from './domain/alert-outbox';
+import { AlertStore } from './store/alerts';
+import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 
 export interface Services {
   config: Config;
@@ -43,9 +56,13 @@ export interface Services {
   oauth: OAuth;
   deletions: AccountDeletions;
   platform: Platform;
+  events: EventStream;
   machineHost: QemuMachineHost;
   instances: Instances;
   commands: Commands;
+  alerts: Alerts;
+  webhooks: Webhooks;
+  webhookDeliveries: WebhookDeliveries;
   startedAt: Date;
 }
 
@@ -56,7 +73,13 @@ export interface ServiceOptions {
   accelerator?: Accelerator;
   /** How long lifecycle calls wait before answering 202 (spec: 20 s). */
   lifecycleWaitMs?: number;
+  /** Output a command may write before it is stopped (default OUTPUT_LIMIT_BYTES, 256 MiB). */
+  commandOutputLimitBytes?: number;
   logger?: { info(object: object, message: string): void; warn(object: object, message: string): void; error(object: object, message: string): void };
+  /** Webhook deliveries, for tests and benchmarks: name resolver, extra trusted CAs (never needed in production), attempt timeout, jitter source. */
+  webhooks?: { resolve?: Resolver; ca?: string | Buffer | (string | Buffer)[]; timeoutMs?: number; random?: () => number };
+  /** Sends alert e-mail instead of the SMTP relay of config.smtp. */
+  mailSender?: MailSender;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -93,13 +116,32 @@ export function createServices(config: Config, database: Database, options: Serv
     accelerator: options.accelerator ?? 'tcg',
     logger,
   });
-  const credentials = new Credentials(stores, installationSecret(config), clock);
+  const secretKey = installationSecret(config);
+  const credentials = new Credentials(stores, secretKey, clock);
   const instances = new Instances(db, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
     hostMemoryReserveMib: 512,
   }, logger);
+  const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
+  if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
+  const webhookStore = new WebhookStore(db);
+  const webhookSecrets = new SecretBox(secretKey, 'webhook signing secrets');
+  const webhookDeliveries = new WebhookDeliveries(db, webhookStore, webhookSecrets, clock, database.commits, {
+    ...webhookTarget,
+    send: sendWebhook,
+    ca: options.webhooks?.ca,
+    timeoutMs: options.webhooks?.timeoutMs,
+    random: options.webhooks?.random,
+    userAgent: `kiste-webhooks/${config.version}`,
+    logger,
+  });
   const signIn = new SignIn(db, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
+  const alertStore = new AlertStore(db);
+  const mailSender = options.mailSender ?? (config.smtp ? new SmtpMailSender(config.smtp) : null);
+  const alerts = new Alerts(db, alertStore, stores.accounts, clock, mailSender !== null,
+    new AlertOutbox(alertStore, mailSender, clock, { baseUrl: config.baseUrl }, logger),
+    new AlertChecks(db, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
   return {
     config,
     database,
@@ -114,9 +156,13 @@ export function createServices(config: Config, database: Database, options: Serv
     oauth: new OAuth(db, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(db, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock),
+    events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,
     instances,
-    commands: new Commands(db, instances, machineHost, clock),
+    commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
+    alerts,
+    webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
+    webhookDeliveries,
     startedAt: clock.now(),
   };
 }

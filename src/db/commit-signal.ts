@@ -10,6 +10,8 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { EventEmitter } from 'node:events';
 
 export const EVENTS_CHANNEL = 'kiste_events';
+/** Event name under which every announcement is emitted too (with the account id): the webhook worker's wake-up. */
+export const ANY_ACCOUNT = Symbol('any account');
 
 interface CommitContext {
   provider: 'sqlite' | 'postgresql';
@@ -27,6 +29,7 @@ export class CommitSignal extends EventEmitter {
 
   announce(accountId: string): void {
     this.emit(accountId);
+    this.emit(ANY_ACCOUNT, accountId);
   }
 }
 

@@ -15,8 +15,13 @@ import { newId } from './secrets';
 
 export type { Command };
 
-/** Output a command may write before it is stopped (output_limit_exceeded). */
+/** Output a command may write before it is stopped (output_limit_exceeded), unless the settings say otherwise. */
 export const OUTPUT_LIMIT_BYTES = 256 * 1024 * 1024;
+
+export interface CommandSettings {
+  /** Bytes of output (stdout and stderr together) a command may write before it is stopped. */
+  outputLimitBytes: number;
+}
 
 export interface ExecInput {
   argv: string[];
@@ -44,6 +49,7 @@ export class Commands {
     private readonly instances: Instances,
     private readonly host: MachineHost,
     private readonly clock: Clock,
+    private readonly settings: CommandSettings = { outputLimitBytes: OUTPUT_LIMIT_BYTES },
   ) {}
 
   /** Checks and records the command, then streams it. Errors before the stream are thrown here. */
@@ -99,7 +105,7 @@ export class Commands {
         cwd: input.cwd ?? null,
         env: input.env,
         timeout_ms: input.timeoutMs ?? 0,
-        output_limit_bytes: OUTPUT_LIMIT_BYTES,
+        output_limit_bytes: this.settings.outputLimitBytes,
       });
     } catch (error) {
       const message = error instanceof AgentCallError || error instanceof Error ? error.message : String(error);
@@ -111,6 +117,7 @@ export class Commands {
     const cancel = () => void exec.cancel().catch(() => undefined);
     this.cancels.set(id, cancel);
     clientGone.addEventListener('abort', cancel);
+    if (clientGone.aborted) cancel(); // the client went away while the agent was starting the command: no abort event comes now
     try {
       let sequence = 0;
       for await (const chunk of exec) {

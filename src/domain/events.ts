@@ -2,7 +2,7 @@
 // with `waitMs` a long poll that answers as soon as a matching event commits. The events table is
 // the truth; a commit announcement (see db/commit-signal) only says "read again", and readers also
 // re-read every few seconds, so a missed announcement costs latency, never events.
-import type { CommitSignal } from '../db/commit-signal';
+import { ANY_ACCOUNT, type CommitSignal } from '../db/commit-signal';
 import { KisteError } from '../errors';
 import type { Event, EventStore } from '../store/events';
 import type { Clock } from './clock';
@@ -11,6 +11,8 @@ import type { Clock } from './clock';
 export const EVENT_RETENTION_DAYS = 30;
 /** A waiting reader re-reads this often even without an announcement. */
 const SAFETY_REREAD_MS = 5_000;
+/** How long an account's newest sequence, read while no commit was announced since, answers "nothing new" (below SAFETY_REREAD_MS). */
+const HEAD_CACHE_MS = 1_000;
 
 export interface ReadEvents {
   after: bigint;
@@ -30,11 +32,23 @@ export interface EventPage {
 }
 
 export class EventStream {
+  /** Reads under way, by account and page: readers woken together share one (see readShared). */
+  private readonly inFlight = new Map<string, { generation: number; page: Promise<EventPage> }>();
+  /** Per account, the newest sequence of the last read, valid while `generation` stays (see readOnce). */
+  private readonly heads = new Map<string, { generation: number; newest: bigint; at: number }>();
+  /** Bumped by every commit announcement. */
+  private generation = 0;
+
   constructor(
     private readonly store: EventStore,
     private readonly commits: CommitSignal,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    commits.on(ANY_ACCOUNT, () => {
+      this.generation++;
+      this.heads.clear();
+    });
+  }
 
   async read(accountId: string, request: ReadEvents): Promise<EventPage> {
     const deadline = Date.now() + request.waitMs;
@@ -42,7 +56,7 @@ export class EventStream {
       // Listen before reading: an event committed between the read and the wait still wakes us.
       const woken = this.nextAnnouncement(accountId);
       try {
-        const page = await this.readOnce(accountId, request);
+        const page = await this.readShared(accountId, request);
         const left = deadline - Date.now();
         if (page.events.length > 0 || left <= 0 || request.signal?.aborted) return page;
         await woken.wait(Math.min(left, SAFETY_REREAD_MS), request.signal);
@@ -52,8 +66,35 @@ export class EventStream {
     }
   }
 
+  /**
+   * One commit wakes every reader of the account at once; those asking for the same page share one
+   * database read. A reader joins a read only when no commit was announced since it began, so it
+   * sees all this reader would (and a commit announced later wakes the reader again anyway).
+   */
+  private readShared(accountId: string, request: ReadEvents): Promise<EventPage> {
+    const key = [accountId, request.after, request.limit, request.resourceType ?? '', request.resourceId ?? ''].join('\u0000');
+    const current = this.inFlight.get(key);
+    if (current && current.generation === this.generation) return current.page;
+    const entry = { generation: this.generation, page: this.readOnce(accountId, request) };
+    this.inFlight.set(key, entry);
+    const done = () => {
+      if (this.inFlight.get(key) === entry) this.inFlight.delete(key);
+    };
+    entry.page.then(done, done);
+    return entry.page;
+  }
+
   private async readOnce(accountId: string, request: ReadEvents): Promise<EventPage> {
+    // A follower at the head asks again right after its answer: when no commit was announced since
+    // the last read saw that head, there is nothing new (and its cursor cannot be past retention).
+    const head = this.heads.get(accountId);
+    if (head && head.generation === this.generation && Date.now() - head.at < HEAD_CACHE_MS && request.after >= head.newest) {
+      return { events: [], nextCursor: request.after, hasMore: false };
+    }
+    const generation = this.generation;
+    const at = Date.now();
     const position = await this.store.position(accountId);
+    if (position && generation === this.generation) this.heads.set(accountId, { generation, newest: position.newest, at });
     if (!position) throw new KisteError('A01');
     if (request.after > 0n && request.after < position.prunedThrough) {
       throw new KisteError('N30', {
@@ -63,6 +104,7 @@ export class EventStream {
     }
     // A cursor past the newest event (a client's bad value) reads nothing and stays where it is.
     const upTo = position.newest;
+    if (request.after >= upTo) return { events: [], nextCursor: request.after, hasMore: false }; // nothing newer to list
     const events = await this.store.list(accountId, { ...request, limit: request.limit + 1, upTo });
     const hasMore = events.length > request.limit;
     const page = hasMore ? events.slice(0, request.limit) : events;

@@ -3,6 +3,7 @@
 // transaction, so the stream never shows a state the row does not have. Callers wait up to a
 // bound and answer 202 when the work goes on in the background.
 import { KisteError } from '../errors';
+import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore, InstanceUpdate } from '../store/instances';
 import type { Db } from '../store/prisma';
@@ -43,7 +44,7 @@ export class InstanceOperations {
 
   /**
    * Runs claimed work to its end and records it. Never rejects: a failure puts the instance in the
-   * error state with an `instance.error` event. Resolves with the final row (null once deleted).
+   * error state with an `instance.error` event (and an `instance_error` alert). Resolves with the final row (null once deleted).
    */
   run(instance: Instance, work: () => Promise<OperationOutcome>): Promise<Instance | null> {
     const running = this.finish(instance, work).finally(() => this.inFlight.delete(instance.id));
@@ -89,6 +90,16 @@ export class InstanceOperations {
           resourceId: instance.id,
           data: { name: instance.name, ...outcome.event.data },
         });
+        if (outcome.event.type === 'instance.error') {
+          const message = String(outcome.event.data?.message ?? 'unknown error');
+          await raiseAlert(tx, instance.accountId, {
+            kind: 'instance_error',
+            title: `Machine ${instance.name} failed`,
+            detail: `${instance.operation ? `The ${instance.operation} operation of machine ${instance.name}` : `Machine ${instance.name}`} failed and the machine is now in the error state: ${message}`,
+            resourceType: 'instance',
+            resourceId: instance.id,
+          });
+        }
       }
       if (outcome.deleted) {
         await this.store.delete(tx, instance.id);

@@ -2,6 +2,7 @@
 // lock on password sign-in from unknown browsers.
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
+import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
 import type { Db, Session } from '../store/prisma';
 import type { SessionKind, SessionStore } from '../store/sessions';
@@ -59,18 +60,22 @@ export class SignIn {
       throw new KisteError('A05');
     }
     if (account.failedSignIns > 0) await this.stores.accounts.clearFailures(account.id);
-    return this.startBrowserSession(account.id, knownBrowser ? browserToken : undefined, client);
+    return this.startBrowserSession(account.id, knownBrowser ? browserToken : undefined, client, { alertNewBrowser: !knownBrowser });
   }
 
-  /** Signs a browser in; it becomes (or stays) known to the account. */
-  async startBrowserSession(accountId: string, knownBrowserToken: string | undefined, client: ClientInfo): Promise<BrowserSignIn> {
+  /**
+   * Signs a browser in; it becomes (or stays) known to the account. With `alertNewBrowser` (a
+   * password sign-in from a browser the account does not know) a `new_sign_in` alert is raised,
+   * unless the account never had a known browser (its first sign-in, e.g. right after sign-up).
+   */
+  async startBrowserSession(accountId: string, knownBrowserToken: string | undefined, client: ClientInfo, options: { alertNewBrowser?: boolean } = {}): Promise<BrowserSignIn> {
     const marker = knownBrowserToken ?? newToken(TOKEN_PREFIX.browserId);
-    const { session, token } = await this.startSession(accountId, 'browser', client, null, sha256Hex(marker));
+    const { session, token } = await this.startSession(accountId, 'browser', client, null, sha256Hex(marker), options.alertNewBrowser === true);
     return { session, sessionToken: token, browserToken: marker };
   }
 
   /** Starts a sign-in; for browsers also remembers the browser as known to the account. */
-  async startSession(accountId: string, kind: SessionKind, client: ClientInfo, device: string | null, browserHash?: string): Promise<{ session: Session; token: string }> {
+  async startSession(accountId: string, kind: SessionKind, client: ClientInfo, device: string | null, browserHash?: string, alertNewBrowser = false): Promise<{ session: Session; token: string }> {
     const now = this.clock.now();
     const token = newToken(kind === 'browser' ? TOKEN_PREFIX.browserSession : TOKEN_PREFIX.cliToken);
     const session = await this.db.$transaction(async (tx) => {
@@ -85,10 +90,22 @@ export class SignIn {
         ip: client.ip,
         device,
       });
+      // Read before this browser is remembered: on the account's first browser sign-in there is none.
+      const alertBrowser = browserHash !== undefined && alertNewBrowser && (await this.stores.sessions.hasKnownBrowser(tx, accountId));
       if (browserHash) await this.stores.sessions.rememberBrowser(tx, newId(), accountId, browserHash, now);
       await appendEvent(tx, accountId, {
         type: 'session.created', resourceType: 'session', resourceId: created.id, data: { kind, device },
       });
+      if (alertBrowser) {
+        const from = [client.userAgent ? `browser "${client.userAgent.slice(0, 300)}"` : 'a browser that sent no user agent', client.ip ? `address ${client.ip}` : null];
+        await raiseAlert(tx, accountId, {
+          kind: 'new_sign_in',
+          title: 'New sign-in from a browser not used before',
+          detail: `Your kiste account was signed in to with its password at ${now.toISOString()} from ${from.filter(Boolean).join(' at ')}. If this was not you, end that sign-in (DELETE /v1/sessions/${created.id}) or every sign-in (POST /v1/sessions/revoke-all), and have the password changed.`,
+          resourceType: 'session',
+          resourceId: created.id,
+        });
+      }
       return created;
     });
     return { session, token };

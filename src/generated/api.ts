@@ -190,7 +190,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List alerts, unacknowledged first */
+        /**
+         * List alerts, unacknowledged first
+         * @description Every open (unacknowledged) alert first, newest first, then the acknowledged ones, newest first; at most 200 in all. E-mail settings never hide an alert.
+         */
         get: operations["ListAlerts"];
         put?: never;
         post?: never;
@@ -211,7 +214,7 @@ export interface paths {
         put?: never;
         /**
          * Acknowledge an alert
-         * @description Closes the alert; a new occurrence raises it again.
+         * @description Closes the alert (sets `acknowledged_at`, appends an `alert.acknowledged` event); acknowledging it again answers the same. A new occurrence of the same condition raises a new alert. Another account's alert answers 404 N20.
          */
         post: operations["AcknowledgeAlert"];
         delete?: never;
@@ -227,7 +230,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get alert e-mail settings */
+        /**
+         * Get alert e-mail settings
+         * @description Every alert kind with its title, description and whether it is e-mailed (the account's choice, else the kind's default); `email` is the account's address; `email_delivery` tells whether this installation has an SMTP relay (without one nothing is e-mailed, alerts are still listed).
+         */
         get: operations["GetAlertPreferences"];
         put?: never;
         post?: never;
@@ -236,7 +242,7 @@ export interface paths {
         head?: never;
         /**
          * Change alert e-mail settings
-         * @description Map of alert kind to boolean. E-mail settings do not hide alerts from the console or the event stream.
+         * @description Map of alert kind to boolean (whether alerts of that kind are e-mailed); kinds not named keep their setting. An unknown kind answers 422 N21 with the kind as `param`, and nothing changes. Answers the full settings. E-mail settings do not hide alerts from the console or the event stream.
          */
         patch: operations["UpdateAlertPreferences"];
         trace?: never;
@@ -1447,12 +1453,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List webhook endpoints */
+        /**
+         * List webhook endpoints
+         * @description The account's endpoints, oldest first, each with its delivery health. Signing secrets are never shown.
+         */
         get: operations["ListWebhooks"];
         put?: never;
         /**
          * Create a webhook endpoint
-         * @description URL must be HTTPS on port 443 and resolve to public addresses. At most 10 endpoints with 32 event types each. The signing secret is returned once. Raises a `webhook_created` alert.
+         * @description URL must be HTTPS on port 443 and resolve to public addresses only (checked now and again at every delivery; refused with 422 N11, `param` url). At most 10 endpoints (409 L06) with 32 event types each. The signing secret (`whsec_` and base64 of 32 random bytes, Standard Webhooks) is in this answer only; kiste keeps it encrypted. Appends `webhook.created` and raises a `webhook_created` alert. Deliveries carry a WebhookPayload (see `webhooks` at the document root) signed per Standard Webhooks.
          */
         post: operations["CreateWebhook"];
         delete?: never;
@@ -1468,15 +1477,24 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a webhook endpoint with its delivery health */
+        /**
+         * Get a webhook endpoint with its delivery health
+         * @description `health.state`: `unknown` before the first attempt, `healthy` after a success, `failing` while attempts fail (`consecutive_failures` counts them), `disabled` when the endpoint is disabled (by a PATCH or because the receiver answered 410; then `disabled_reason` says so).
+         */
         get: operations["GetWebhook"];
         put?: never;
         post?: never;
-        /** Delete a webhook endpoint */
+        /**
+         * Delete a webhook endpoint
+         * @description Removes the endpoint and its deliveries; nothing more is sent to it. Appends `webhook.deleted`.
+         */
         delete: operations["DeleteWebhook"];
         options?: never;
         head?: never;
-        /** Update a webhook endpoint */
+        /**
+         * Update a webhook endpoint
+         * @description Fields left out or null stay. A new URL is checked like at create. `enabled` false stops the endpoint's pending deliveries; true enables it again (clears `disabled_reason`). Appends `webhook.updated` when something changed.
+         */
         patch: operations["UpdateWebhook"];
         trace?: never;
     };
@@ -1487,7 +1505,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List the last 50 deliveries */
+        /**
+         * List the last 50 deliveries
+         * @description Newest first.
+         */
         get: operations["ListWebhookDeliveries"];
         put?: never;
         post?: never;
@@ -1508,7 +1529,7 @@ export interface paths {
         put?: never;
         /**
          * Send a test delivery
-         * @description Sends a `webhook.test` delivery now and reports the receiver's response.
+         * @description Appends a `webhook.test` event (it is in the event stream too), sends it to this endpoint only, now (also when the endpoint is disabled or does not subscribe to `webhook.test`), and answers with the delivery record after that attempt, with the receiver's HTTP status and response excerpt. A failed attempt is retried like any delivery.
          */
         post: operations["TestWebhook"];
         delete?: never;
@@ -1518,7 +1539,63 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    event: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What kiste sends to a webhook endpoint
+         * @description One POST per delivery to the endpoint's URL, signed per Standard Webhooks (see WebhookPayload). Answer 2xx within 10 s to acknowledge it; other answers, timeouts and connection errors are retried (see WebhookDelivery); `Retry-After` is honoured; 410 disables the endpoint.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header: {
+                    /** @description The delivery id; the same on every retry. */
+                    "webhook-id": string;
+                    /** @description v1,<base64 HMAC-SHA256 of "id.timestamp.body"> */
+                    "webhook-signature": string;
+                    /** @description Unix seconds of this attempt. */
+                    "webhook-timestamp": string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["WebhookPayload"];
+                };
+            };
+            responses: {
+                /** @description Received (any 2xx). */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Gone; kiste disables the endpoint. */
+                410: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         AccountDeletion: {
@@ -1576,10 +1653,27 @@ export interface components {
             /** @description One OpenSSH public key line. */
             public_key: string;
         };
-        /** @enum {string} */
+        /**
+         * @description What an alert is about (the list is src/domain/alert-kinds.ts; all are e-mailed by default):
+         *     - `webhook_created`: a webhook endpoint was added to the account (resource: the webhook).
+         *     - `disk_almost_full`: the disk of a running machine is 90 % full or more, from the guest's metrics read every
+         *       minute (resource: the instance). Once per occurrence: raised again only after usage fell below 85 %.
+         *     - `webhook_failing`: deliveries to a webhook endpoint keep failing, or the receiver answered 410 (resource: the
+         *       webhook).
+         *     - `instance_error`: a machine entered the error state because an operation on it failed (resource: the
+         *       instance); raised in the same transaction as the `instance.error` event.
+         *     - `api_key_expiring`: an API key made for more than seven days expires within seven days (resource: the API
+         *       key). Once per key.
+         *     - `new_sign_in`: a password sign-in from a browser the account had not used before; not on the account's first
+         *       browser sign-in (resource: the new sign-in).
+         *     While an alert is open, the same condition on the same resource raises nothing new; after it was acknowledged, a
+         *     new occurrence raises a new alert.
+         * @enum {string}
+         */
         AlertKind: "webhook_created" | "disk_almost_full" | "webhook_failing" | "instance_error" | "api_key_expiring" | "new_sign_in";
         AlertPreference: {
             description: string;
+            /** @description Whether alerts of this kind are e-mailed. */
             enabled: boolean;
             kind: components["schemas"]["AlertKind"];
             title: string;
@@ -1597,12 +1691,18 @@ export interface components {
             object: "alert_preferences";
         };
         AlertResponse: {
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When it was acknowledged (closed); null while open.
+             */
             acknowledged_at?: string | null;
             /** Format: date-time */
             created_at: string;
             detail: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the alert e-mail was accepted by the SMTP relay; null when it was not (yet) sent, e.g. its kind is switched off or no relay is configured.
+             */
             emailed_at?: string | null;
             /** Format: uuid */
             id: string;
@@ -1610,6 +1710,7 @@ export interface components {
             /** @constant */
             object: "alert";
             resource_id?: string | null;
+            /** @description What the alert is about (instance, webhook, api_token, session), if anything. */
             resource_type?: string | null;
             title: string;
         };
@@ -1761,7 +1862,7 @@ export interface components {
             /** Format: int64 */
             sequence: number;
             type: components["schemas"]["EventType"];
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         ControlHealth: {
             region: string | null;
             service: string;
@@ -1906,7 +2007,7 @@ export interface components {
             name: string;
             /**
              * Format: uri
-             * @description HTTPS on port 443, resolving to public addresses.
+             * @description HTTPS on port 443, resolving to public addresses only (no loopback, private, link-local, CGNAT, unique-local, multicast, reserved or documentation addresses, also not IPv4-mapped), without user name or password; otherwise 422 N11. The pattern admits `http://` only for installations whose operator set KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE (development and tests), which also allows private addresses and other ports.
              */
             url: string;
         };
@@ -2884,7 +2985,7 @@ export interface components {
             name?: string | null;
             /**
              * Format: uri
-             * @description HTTPS on port 443, resolving to public addresses.
+             * @description HTTPS on port 443, resolving to public addresses only (no loopback, private, link-local, CGNAT, unique-local, multicast, reserved or documentation addresses, also not IPv4-mapped), without user name or password; otherwise 422 N11. The pattern admits `http://` only for installations whose operator set KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE (development and tests), which also allows private addresses and other ports.
              */
             url?: string | null;
         };
@@ -2943,13 +3044,18 @@ export interface components {
             /** @constant */
             object: "event_list";
         };
+        /** @description One message to one endpoint, kept with its latest attempt. `id` is the `webhook-id` header (the same on every retry). Retries use exponential backoff with jitter (about 5 s, 30 s, 2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, then every 12 h; 15 attempts over about three days) or the receiver's `Retry-After` (seconds or HTTP date, at most 12 h); a 2xx answer succeeds; 410 disables the endpoint and fails its pending deliveries; redirects are not followed; each attempt has 10 s. */
         WebhookDelivery: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The latest attempt made (1 while the first is still to come).
+             */
             attempt: number;
             /** Format: date-time */
             created_at: string;
             /** Format: int32 */
             duration_ms: number | null;
+            /** @description Why the latest attempt failed (connection, timeout, refused target, HTTP status), or null. */
             error: string | null;
             /** Format: int64 */
             event_sequence: number | null;
@@ -2958,12 +3064,19 @@ export interface components {
             http_status: number | null;
             /** Format: uuid */
             id: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the next attempt is due (while pending or retrying), else null.
+             */
             next_attempt_at: string | null;
             /** @constant */
             object: "webhook_delivery";
+            /** @description The first 1 KiB of the receiver's answer body. */
             response_excerpt: string | null;
-            /** @enum {string} */
+            /**
+             * @description `pending`: not tried yet; `retrying`: an attempt failed and another is due at `next_attempt_at`; `succeeded`: the receiver answered 2xx; `failed`: given up (attempts used up, endpoint disabled).
+             * @enum {string}
+             */
             state: "pending" | "succeeded" | "failed" | "retrying";
             /** Format: uuid */
             webhook_id: string;
@@ -2994,6 +3107,16 @@ export interface components {
             last_success_at: string | null;
             /** @enum {string} */
             state: "healthy" | "failing" | "disabled" | "unknown";
+        };
+        /** @description The body of every webhook delivery (`content-type: application/json`): the event as the stream shows it. Headers (Standard Webhooks): `webhook-id` (the delivery id, the same on every retry), `webhook-timestamp` (unix seconds of the attempt), `webhook-signature`: `v1,` and the base64 HMAC-SHA256, keyed with the base64-decoded part of the secret after `whsec_`, of `<webhook-id>.<webhook-timestamp>.<body>` over the exact bytes of the body. */
+        WebhookPayload: {
+            data: components["schemas"]["ControlEventResponse"];
+            /**
+             * Format: date-time
+             * @description When the event happened (its `created_at`).
+             */
+            timestamp: string;
+            type: components["schemas"]["EventType"];
         };
     };
     responses: {

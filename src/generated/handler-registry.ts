@@ -2,22 +2,26 @@
 
 import type { Handler } from '../http/handler';
 import type { ImplementedOperationId } from './operations';
+import { handler as AcknowledgeAlert } from '../../handlers/AcknowledgeAlert';
 import { handler as AddDeviceKey } from '../../handlers/AddDeviceKey';
 import { handler as ConsoleApprovePage } from '../../handlers/ConsoleApprovePage';
 import { handler as ConsoleLoginPage } from '../../handlers/ConsoleLoginPage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
 import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
+import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
 import { handler as DeleteApiToken } from '../../handlers/DeleteApiToken';
 import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
+import { handler as DeleteWebhook } from '../../handlers/DeleteWebhook';
 import { handler as DownloadExport } from '../../handlers/DownloadExport';
 import { handler as ExecInstance } from '../../handlers/ExecInstance';
 import { handler as ExtendInstance } from '../../handlers/ExtendInstance';
 import { handler as ForkInstance } from '../../handlers/ForkInstance';
 import { handler as GetAccountDeletion } from '../../handlers/GetAccountDeletion';
+import { handler as GetAlertPreferences } from '../../handlers/GetAlertPreferences';
 import { handler as GetApiToken } from '../../handlers/GetApiToken';
 import { handler as GetCommand } from '../../handlers/GetCommand';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
@@ -29,14 +33,18 @@ import { handler as GetMe } from '../../handlers/GetMe';
 import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument';
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
 import { handler as GetStatus } from '../../handlers/GetStatus';
+import { handler as GetWebhook } from '../../handlers/GetWebhook';
 import { handler as Healthz } from '../../handlers/Healthz';
 import { handler as InterruptCommand } from '../../handlers/InterruptCommand';
+import { handler as ListAlerts } from '../../handlers/ListAlerts';
 import { handler as ListApiTokens } from '../../handlers/ListApiTokens';
 import { handler as ListCommands } from '../../handlers/ListCommands';
 import { handler as ListDeviceKeys } from '../../handlers/ListDeviceKeys';
 import { handler as ListEvents } from '../../handlers/ListEvents';
 import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListSessions } from '../../handlers/ListSessions';
+import { handler as ListWebhookDeliveries } from '../../handlers/ListWebhookDeliveries';
+import { handler as ListWebhooks } from '../../handlers/ListWebhooks';
 import { handler as Login } from '../../handlers/Login';
 import { handler as Logout } from '../../handlers/Logout';
 import { handler as OAuthAuthorize } from '../../handlers/OAuthAuthorize';
@@ -48,26 +56,33 @@ import { handler as ResumeInstance } from '../../handlers/ResumeInstance';
 import { handler as RevokeAllSessions } from '../../handlers/RevokeAllSessions';
 import { handler as SignUp } from '../../handlers/SignUp';
 import { handler as StopInstance } from '../../handlers/StopInstance';
+import { handler as TestWebhook } from '../../handlers/TestWebhook';
 import { handler as UnlockSignIn } from '../../handlers/UnlockSignIn';
+import { handler as UpdateAlertPreferences } from '../../handlers/UpdateAlertPreferences';
+import { handler as UpdateWebhook } from '../../handlers/UpdateWebhook';
 import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 
 export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
+  AcknowledgeAlert,
   AddDeviceKey,
   ConsoleApprovePage,
   ConsoleLoginPage,
   CreateApiToken,
   CreateExport,
   CreateInstance,
+  CreateWebhook,
   DeleteAccount,
   DeleteApiToken,
   DeleteDeviceKey,
   DeleteInstance,
   DeleteSession,
+  DeleteWebhook,
   DownloadExport,
   ExecInstance,
   ExtendInstance,
   ForkInstance,
   GetAccountDeletion,
+  GetAlertPreferences,
   GetApiToken,
   GetCommand,
   GetConsoleSession,
@@ -79,14 +94,18 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetOpenApiDocument,
   GetPlatformStatus,
   GetStatus,
+  GetWebhook,
   Healthz,
   InterruptCommand,
+  ListAlerts,
   ListApiTokens,
   ListCommands,
   ListDeviceKeys,
   ListEvents,
   ListInstances,
   ListSessions,
+  ListWebhookDeliveries,
+  ListWebhooks,
   Login,
   Logout,
   OAuthAuthorize,
@@ -98,6 +117,9 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   RevokeAllSessions,
   SignUp,
   StopInstance,
+  TestWebhook,
   UnlockSignIn,
+  UpdateAlertPreferences,
+  UpdateWebhook,
   UpgradeInstance,
 };

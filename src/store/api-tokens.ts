@@ -46,6 +46,14 @@ export class ApiTokenStore {
     return tx.apiToken.updateMany({ where: { accountId, id, revokedAt: null }, data: { revokedAt: now } });
   }
 
+  /** Host-wide: live keys expiring after `now` and by `until` (accounts being deleted left out); for the expiry alerts. */
+  expiringBy(now: Date, until: Date): Promise<ApiToken[]> {
+    return this.db.apiToken.findMany({
+      where: { revokedAt: null, expiresAt: { gt: now, lte: until }, account: { deletionRequestedAt: null } },
+      orderBy: { expiresAt: 'asc' },
+    });
+  }
+
   revokeAll(tx: Tx, accountId: string, now: Date): Promise<{ count: number }> {
     return tx.apiToken.updateMany({ where: { accountId, revokedAt: null }, data: { revokedAt: now } });
   }

@@ -1,9 +1,11 @@
 // Appends to an account's durable event stream inside the caller's transaction: the account row's
 // counter is bumped first (a row lock on PostgreSQL, the write lock on SQLite), so sequences have
-// no gaps and follow commit order.
+// no gaps and follow commit order. The webhook deliveries of the event (the outbox) are made in the
+// same transaction.
 import { markAppended, EVENTS_CHANNEL } from '../db/commit-signal';
 import { newId } from '../domain/secrets';
 import type { Db, Event, Tx } from './prisma';
+import { queueWebhookDeliveries, type TestDelivery } from './webhooks';
 
 export type { Event };
 
@@ -14,15 +16,22 @@ export interface NewEvent {
   data: Record<string, unknown>;
 }
 
-export async function appendEvent(tx: Tx, accountId: string, event: NewEvent): Promise<bigint> {
+export interface AppendOptions {
+  /** Send the event to this one webhook endpoint only (POST /v1/webhooks/{id}/test). */
+  webhookTest?: TestDelivery;
+}
+
+export async function appendEvent(tx: Tx, accountId: string, event: NewEvent, options: AppendOptions = {}): Promise<bigint> {
   const { eventSequence } = await tx.account.update({
     where: { id: accountId },
     data: { eventSequence: { increment: 1 } },
     select: { eventSequence: true },
   });
-  await tx.event.create({
+  const created = await tx.event.create({
     data: { id: newId(), accountId, sequence: eventSequence, ...event, data: event.data as object },
   });
+  // The webhook outbox: deliveries of this event are made in its transaction (see store/webhooks).
+  await queueWebhookDeliveries(tx, created, options.webhookTest);
   // Readers waiting on this account wake once this transaction commits (see commit-signal).
   if (markAppended(accountId).notifyPostgres) await tx.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})`;
   return eventSequence;

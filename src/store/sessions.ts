@@ -62,6 +62,11 @@ export class SessionStore {
       .then((found) => found !== null);
   }
 
+  /** Whether the account has any known browser (none before its first browser sign-in). */
+  async hasKnownBrowser(tx: Tx, accountId: string): Promise<boolean> {
+    return (await tx.knownBrowser.findFirst({ where: { accountId }, select: { id: true } })) !== null;
+  }
+
   rememberBrowser(tx: Tx, id: string, accountId: string, browserHash: string, now: Date): Promise<unknown> {
     return tx.knownBrowser.upsert({
       where: { accountId_browserHash: { accountId, browserHash } },

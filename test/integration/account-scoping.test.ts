@@ -18,6 +18,9 @@ interface Signed {
   browser: { cookie: string; csrf: string };
   deviceKeyId: string;
   exportPath: string;
+  webhookId: string;
+  /** A new_sign_in alert (from a second browser sign-in). */
+  alertId: string;
 }
 
 describe('account scoping', () => {
@@ -36,8 +39,12 @@ describe('account scoping', () => {
     const created = await t.api.post('/v1/api-tokens').set(bearer(cli)).send({ label: `key of ${account.email}`, expires_in_seconds: 3600 }).expect(200);
     const browser = await browserFor(t, account);
     const deviceKey = await t.api.post('/v1/device-keys').set(bearer(cli)).send({ name: `device of ${account.email}`, public_key: publicKey }).expect(200);
+    // a public IP literal: no DNS needed; no delivery is ever attempted here (the worker does not run)
+    const webhook = await t.api.post('/v1/webhooks').set(bearer(cli)).send({ name: `hook of ${account.email}`, url: 'https://93.184.215.14/kiste', events: ['snapshot.created'] }).expect(200);
     const link = await t.api.post('/v1/me/export').set(bearer(cli)).expect(201);
     const url = new URL(link.body.url);
+    await browserFor(t, account); // a second browser: a new_sign_in alert
+    const alerts = await t.api.get('/v1/alerts').set(bearer(cli)).expect(200);
     return {
       account,
       cli,
@@ -47,6 +54,8 @@ describe('account scoping', () => {
       browser,
       deviceKeyId: deviceKey.body.id,
       exportPath: url.pathname + url.search,
+      webhookId: webhook.body.data.id,
+      alertId: alerts.body[0].id,
     };
   }
 
@@ -62,7 +71,11 @@ describe('account scoping', () => {
       deviceKeys: await db.deviceKey.findMany(where),
       exportLinks: await db.exportLink.findMany(where),
       events: await db.event.findMany(where),
+      alerts: await db.alert.findMany(where),
+      alertPreferences: await db.alertPreference.findMany({ where: { accountId }, orderBy: { kind: 'asc' } }),
       deletion: await db.accountDeletion.findUnique({ where: { accountId } }),
+      webhookEndpoints: await db.webhookEndpoint.findMany(where),
+      webhookDeliveries: await db.webhookDelivery.findMany(where),
     };
   }
 
@@ -132,6 +145,34 @@ describe('account scoping', () => {
       expectNotFound(await t.api.delete(`/v1/device-keys/${b.deviceKeyId}`).set(headers), 'A13', nowhere);
     });
 
+    it.each([0, 1, 2])("alerts: POST /v1/alerts/{B's id}/acknowledge → 404 N20 (credential %#)", async (index) => {
+      const { headers } = credentialsOf(a)[index]!;
+      const nowhere = await t.api.post(`/v1/alerts/${NOWHERE}/acknowledge`).set(headers);
+      expectNotFound(await t.api.post(`/v1/alerts/${b.alertId}/acknowledge`).set(headers), 'N20', nowhere);
+    });
+
+    it("alert e-mail settings: A's change leaves B's alone", async () => {
+      await t.api.patch('/v1/alerts/preferences').set(bearer(a.cli)).send({ new_sign_in: false }).expect(200);
+      const bPreferences = await t.api.get('/v1/alerts/preferences').set(bearer(b.cli)).expect(200);
+      expect(bPreferences.body.email).toBe(b.account.email);
+      expect(bPreferences.body.data.find((entry: { kind: string }) => entry.kind === 'new_sign_in').enabled).toBe(true);
+    });
+
+    it.each([0, 1, 2])("webhooks: GET, PATCH, DELETE, test and deliveries of /v1/webhooks/{B's id} → 404 N10 (credential %#)", async (index) => {
+      const { headers } = credentialsOf(a)[index]!;
+      const calls = [
+        (id: string) => t.api.get(`/v1/webhooks/${id}`),
+        (id: string) => t.api.patch(`/v1/webhooks/${id}`).send({ name: 'renamed by A', enabled: false }),
+        (id: string) => t.api.delete(`/v1/webhooks/${id}`),
+        (id: string) => t.api.post(`/v1/webhooks/${id}/test`),
+        (id: string) => t.api.get(`/v1/webhooks/${id}/deliveries`),
+      ];
+      for (const call of calls) {
+        const nowhere = await call(NOWHERE).set(headers);
+        expectNotFound(await call(b.webhookId).set(headers), 'N10', nowhere);
+      }
+    });
+
     it("device keys: B's id as a list cursor is refused like an unknown id", async () => {
       for (const cursor of ['starting_after', 'ending_before']) {
         const nowhere = await t.api.get(`/v1/device-keys?${cursor}=${NOWHERE}`).set(bearer(a.cli)).expect(400);
@@ -180,7 +221,7 @@ describe('account scoping', () => {
   describe('lists never show the other account', () => {
     it.each([0, 1, 2])('API keys, device keys, sign-ins and the export of A hold only A (credential %#)', async (index) => {
       const { headers } = credentialsOf(a)[index]!;
-      const foreign = [b.account.id, b.account.email, b.apiKeyId, b.deviceKeyId, b.cliSessionId];
+      const foreign = [b.account.id, b.account.email, b.apiKeyId, b.deviceKeyId, b.cliSessionId, b.webhookId, b.alertId];
       const lists = [
         await t.api.get('/v1/api-tokens').set(headers).expect(200),
         await t.api.get('/v1/device-keys').set(headers).expect(200),
@@ -188,12 +229,22 @@ describe('account scoping', () => {
         await t.api.get(a.exportPath).set(headers).expect(200),
         await t.api.get('/v1/me').set(headers).expect(200),
         await t.api.get('/v1/status').set(headers).expect(200),
+        await t.api.get('/v1/alerts').set(headers).expect(200),
+        await t.api.get('/v1/alerts/preferences').set(headers).expect(200),
       ];
-      for (const res of lists) {
+      const webhooks = await t.api.get('/v1/webhooks').set(headers).expect(200);
+      expect(webhooks.body.map((w: { id: string }) => w.id)).toEqual([a.webhookId]);
+      const events = await t.api.get('/v1/events').set(headers).expect(200);
+      for (const res of [...lists, webhooks, events]) {
         const text = JSON.stringify(res.body);
         for (const value of foreign) expect(text).not.toContain(value);
       }
-      const [apiTokens, deviceKeys, sessions, file, me, status] = lists.map((res) => res.body);
+      const [apiTokens, deviceKeys, sessions, file, me, status, alerts, alertPreferences] = lists.map((res) => res.body);
+      // A's alerts only: new_sign_in and webhook_created (from A's webhook)
+      const aAlerts = await t.services.database.prisma.alert.findMany({ where: { accountId: a.account.id } });
+      expect(alerts.map((alert: { id: string }) => alert.id).sort()).toEqual(aAlerts.map((alert) => alert.id).sort());
+      expect(alerts.map((alert: { id: string }) => alert.id)).toContain(a.alertId);
+      expect(alertPreferences.email).toBe(a.account.email);
       expect(apiTokens.map((k: { id: string }) => k.id)).toEqual([a.apiKeyId]);
       expect(deviceKeys.data.map((k: { id: string }) => k.id)).toEqual([a.deviceKeyId]);
       const aSessions = await t.services.database.prisma.session.findMany({ where: { accountId: a.account.id } });
@@ -202,7 +253,7 @@ describe('account scoping', () => {
       expect(file.control_plane.api_tokens.map((k: { id: string }) => k.id)).toEqual([a.apiKeyId]);
       expect(file.control_plane.device_keys.map((k: { id: string }) => k.id)).toEqual([a.deviceKeyId]);
       expect(me.id).toBe(a.account.id);
-      expect(status.usage).toMatchObject({ api_tokens: 1, device_keys: 1 });
+      expect(status.usage).toMatchObject({ api_tokens: 1, device_keys: 1, webhooks: 1 });
     });
   });
 

@@ -278,7 +278,7 @@ describe('HTTP rules', () => {
   describe('operations not implemented yet', () => {
     it.each([
       ['GET', '/v1/snapshots', 'ListSnapshots'],
-      ['POST', '/v1/webhooks', 'CreateWebhook'],
+      ['POST', '/v1/images', 'CreateImage'],
       ['GET', '/v1/runtime/image', 'GetRuntimeImage'],
     ] as const)('%s %s answers 501 P09 signed in and 401 A01 without credentials', async (method, path, id) => {
       expect(operation(id).implemented).toBe(false);

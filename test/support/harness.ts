@@ -11,7 +11,7 @@ import { Config, loadConfig } from '../../src/config';
 import type { Clock } from '../../src/domain/clock';
 import type { DeletionSteps } from '../../src/domain/account-deletion';
 import { createApp } from '../../src/http/app';
-import { createServices, Services } from '../../src/services';
+import { createServices, Services, type ServiceOptions } from '../../src/services';
 import type { Account } from '../../src/store/prisma';
 import { checkContract } from './contract';
 import { openTestDatabase } from './database';
@@ -31,13 +31,25 @@ export interface TestServiceOptions {
   env?: Record<string, string>;
   clock?: Clock;
   deletionSteps?: DeletionSteps;
+  /** How long lifecycle calls wait before answering 202 (default 20 s, as in the spec). */
+  lifecycleWaitMs?: number;
+  /** Output a command may write before it is stopped (default 256 MiB). */
+  commandOutputLimitBytes?: number;
+  /** Webhook delivery settings: name resolver, the test receiver's CA, attempt timeout, jitter. */
+  webhooks?: ServiceOptions['webhooks'];
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
   const database = await openTestDatabase();
   const dataDir = mkdtempSync(join(tmpdir(), 'kiste-test-'));
   const config = loadConfig({ KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000', ...options.env });
-  const services = createServices(config, database, { clock: options.clock, deletionSteps: options.deletionSteps });
+  const services = createServices(config, database, {
+    clock: options.clock,
+    deletionSteps: options.deletionSteps,
+    lifecycleWaitMs: options.lifecycleWaitMs,
+    commandOutputLimitBytes: options.commandOutputLimitBytes,
+    webhooks: options.webhooks,
+  });
   const app = await createApp(services, pino({ level: 'silent' }));
   const api = Object.fromEntries(
     (['get', 'post', 'put', 'patch', 'delete'] as Method[]).map((method) => [
