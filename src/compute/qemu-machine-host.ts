@@ -186,6 +186,12 @@ export class QemuMachineHost implements MachineHost {
     const machine = await this.machine(id);
     if (!machine) return { sessionSaved: await this.hasSession(id) };
     this.dropAgent(id);
+    if (options.saveSession && (await this.hasSession(id)) && (await machine.status().catch(() => '')) === 'postmigrate') {
+      // A save that completed before the service went away: only QEMU's quit was left to do.
+      await stopMachine(machine, { powerdownTimeoutMs: 0 });
+      this.running.delete(id);
+      return { sessionSaved: true };
+    }
     if (options.saveSession) {
       try {
         await saveMemory(machine, { stateFile: machineFiles(this.machineDir(id)).stateFile, durable: true });
@@ -383,7 +389,10 @@ export class QemuMachineHost implements MachineHost {
     if (known?.alive()) return known;
     this.running.delete(id);
     const files = machineFiles(this.machineDir(id));
-    const adopted = await adoptMachine({ id, pidFile: files.pidFile, qmpSocket: files.qmpSocket, agentSocket: files.agentSocket });
+    const adopted = await adoptMachine({
+      id, pidFile: files.pidFile, qmpSocket: files.qmpSocket, agentSocket: files.agentSocket,
+      memoryFile: this.options.fileBackedMemory === false ? undefined : files.memoryFile, // a save must know the RAM is a shared file
+    });
     if (adopted) this.running.set(id, adopted);
     return adopted;
   }

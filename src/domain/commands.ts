@@ -98,6 +98,9 @@ export class Commands {
   private async *stream(record: Command, name: string, input: ExecInput, clientGone: AbortSignal): AsyncIterable<ExecEvent> {
     const id = record.id;
     yield { type: 'started', id, instance: name };
+    // An interrupt may come while the agent is still starting the command: remember it.
+    let interruptedEarly = false;
+    this.cancels.set(id, () => void (interruptedEarly = true));
     let handle;
     try {
       handle = await this.host.agent(record.instanceId).exec({
@@ -108,6 +111,7 @@ export class Commands {
         output_limit_bytes: this.settings.outputLimitBytes,
       });
     } catch (error) {
+      this.cancels.delete(id);
       const message = error instanceof AgentCallError || error instanceof Error ? error.message : String(error);
       await this.finish(record, { status: 'failed', errorMessage: message }, name);
       yield { type: 'failed', id, instance: name, message };
@@ -117,7 +121,8 @@ export class Commands {
     const cancel = () => void exec.cancel().catch(() => undefined);
     this.cancels.set(id, cancel);
     clientGone.addEventListener('abort', cancel);
-    if (clientGone.aborted) cancel(); // the client went away while the agent was starting the command: no abort event comes now
+    // The client went away, or an interrupt came, while the agent was starting the command.
+    if (clientGone.aborted || interruptedEarly) cancel();
     try {
       let sequence = 0;
       for await (const chunk of exec) {

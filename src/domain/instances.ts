@@ -10,7 +10,7 @@ import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore } from '../store/instances';
 import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
-import { checkHostCapacity, checkNewMachine, checkStart } from './instance-limits';
+import { checkHostCapacity, checkNewMachine, checkShape, checkStart } from './instance-limits';
 import { generateInstanceName } from './instance-names';
 import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationOutcome } from './instance-operations';
@@ -102,6 +102,7 @@ export class Instances {
     }
     const image = this.currentImage();
     const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
+    checkShape(this.limits, shape); // a shape never allowed is L08, not a retryable L13
     this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
     const instance = await this.insert(accountId, request.name ?? null, shape, 'create', (name) => ({
@@ -268,6 +269,12 @@ export class Instances {
           await this.host.destroy(row.id);
           return { update: {}, event: { type: 'instance.deleted' }, deleted: true };
         });
+        continue;
+      }
+      if (alive && (row.operation === 'stop' || row.operation === 'expire')) {
+        // The stop the caller asked for is finished, not undone: a session whose save had completed is kept.
+        const keepSession = row.operation === 'expire' || (await this.host.hasSession(row.id));
+        await this.operations.run(row, () => this.stopOutcome(row, keepSession));
         continue;
       }
       if (row.operation || (row.status === 'running') !== alive) {
