@@ -20,6 +20,7 @@ import { loadConfig } from '../src/config';
 import { openDatabase } from '../src/db/database';
 import { createApp } from '../src/http/app';
 import { createServices } from '../src/services';
+import { close, listen, log } from './bench/support';
 
 interface Histogram {
   average: number;
@@ -45,28 +46,6 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 3);
 const RATIO_TARGET = 0.5;
 const P99_TARGET_MS = 20;
-
-function log(message: string): void {
-  process.stderr.write(`bench: ${message}\n`);
-}
-
-function listen(server: Server): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (address === null || typeof address === 'string') return reject(new Error('no TCP address'));
-      resolve(`http://127.0.0.1:${address.port}`);
-    });
-  });
-}
-
-function close(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
-}
 
 interface Measured {
   name: string;

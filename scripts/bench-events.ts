@@ -33,6 +33,7 @@ import { openDatabase } from '../src/db/database';
 import { createApp } from '../src/http/app';
 import { createServices, type Services } from '../src/services';
 import { appendEvent } from '../src/store/events';
+import { close, listen, log } from './bench/support';
 
 const FOLLOWERS = Number(process.env.BENCH_FOLLOWERS ?? 100);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 30);
@@ -40,24 +41,6 @@ const WARMUP_ROUNDS = Number(process.env.BENCH_WARMUP_ROUNDS ?? 5);
 const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 2000);
 const CONCURRENCY = 16; // the worker's, see src/domain/webhook-deliveries.ts
 const LATENCY_TARGET_MS = 50;
-
-function log(message: string): void {
-  process.stderr.write(`bench: ${message}\n`);
-}
-
-function listen(server: Server): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as { port: number }).port}`));
-  });
-}
-
-function close(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
-}
 
 function get(agent: Agent, url: string, headers: Record<string, string>): Promise<string> {
   return new Promise((resolve, reject) => {

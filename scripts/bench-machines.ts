@@ -61,6 +61,7 @@ import { openDatabase, type Database } from '../src/db/database';
 import { createApp } from '../src/http/app';
 import { createServices, type Services } from '../src/services';
 import { TEST_IMAGE_DIR } from '../test/support/images';
+import { close, listen, log } from './bench/support';
 
 const VCPU = Number(process.env.BENCH_VCPU ?? 2);
 const MEMORY_MIB = Number(process.env.BENCH_MEMORY_MIB ?? 1024);
@@ -78,9 +79,6 @@ const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1n
 const MIB = 1024 * 1024;
 
 const benchStarted = performance.now();
-function log(message: string): void {
-  process.stderr.write(`bench: [${((performance.now() - benchStarted) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
-}
 
 const ms = (start: number) => performance.now() - start;
 const median = (values: number[]) => percentile(values, 0.5);
@@ -612,24 +610,6 @@ async function lifecycle(client: HttpClient, method: string, path: string, body:
     }
     if (now.status === 200 && now.body.status === 'error') throw new Error(`${method} ${path}: instance went to error: ${JSON.stringify(now.body)}`);
   }
-}
-
-function listen(server: Server): Promise<string> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (address === null || typeof address === 'string') return reject(new Error('no TCP address'));
-      resolve(`http://127.0.0.1:${address.port}`);
-    });
-  });
-}
-
-function close(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
 }
 
 const othersAtStart = listQemuProcesses().length;
