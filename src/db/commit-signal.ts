@@ -31,6 +31,42 @@ export class CommitSignal extends EventEmitter {
     this.emit(accountId);
     this.emit(ANY_ACCOUNT, accountId);
   }
+
+  /**
+   * Watches for the next announcement of `key` (an account id, or ANY_ACCOUNT). Start watching
+   * before reading, so a commit between the read and the wait still wakes the waiter.
+   */
+  watch(key: string | typeof ANY_ACCOUNT): CommitWatch {
+    let wake: () => void = () => undefined;
+    let announced = false;
+    const onAnnounce = () => {
+      announced = true;
+      wake();
+    };
+    this.once(key, onAnnounce);
+    return {
+      wait: (ms, abort) =>
+        new Promise<void>((resolve) => {
+          if (announced || abort?.aborted) return resolve();
+          const timer = setTimeout(finish, ms);
+          abort?.addEventListener('abort', finish, { once: true });
+          wake = finish;
+          function finish() {
+            clearTimeout(timer);
+            abort?.removeEventListener('abort', finish);
+            resolve();
+          }
+        }),
+      cancel: () => this.off(key, onAnnounce),
+    };
+  }
+}
+
+export interface CommitWatch {
+  /** Resolves at the announcement (at once if it came already), after `ms`, or when `abort` fires. */
+  wait(ms: number, abort?: AbortSignal): Promise<void>;
+  /** Stops watching (always call it). */
+  cancel(): void;
 }
 
 /** Called inside a transaction that appended to `accountId`'s stream; tells whether to NOTIFY too. */

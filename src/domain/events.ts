@@ -54,7 +54,7 @@ export class EventStream {
     const deadline = Date.now() + request.waitMs;
     for (;;) {
       // Listen before reading: an event committed between the read and the wait still wakes us.
-      const woken = this.nextAnnouncement(accountId);
+      const woken = this.commits.watch(accountId);
       try {
         const page = await this.readShared(accountId, request);
         const left = deadline - Date.now();
@@ -115,30 +115,5 @@ export class EventStream {
   /** Background: removes events past retention. */
   removeExpired(): Promise<number> {
     return this.store.removeOlderThan(new Date(this.clock.now().getTime() - EVENT_RETENTION_DAYS * 86_400_000));
-  }
-
-  private nextAnnouncement(accountId: string): { wait(ms: number, signal?: AbortSignal): Promise<void>; cancel(): void } {
-    let wake: () => void = () => undefined;
-    let announced = false;
-    const onAnnounce = () => {
-      announced = true;
-      wake();
-    };
-    this.commits.once(accountId, onAnnounce);
-    return {
-      wait: (ms, signal) =>
-        new Promise<void>((resolve) => {
-          if (announced || signal?.aborted) return resolve();
-          const timer = setTimeout(finish, ms);
-          signal?.addEventListener('abort', finish, { once: true });
-          wake = finish;
-          function finish() {
-            clearTimeout(timer);
-            signal?.removeEventListener('abort', finish);
-            resolve();
-          }
-        }),
-      cancel: () => this.commits.off(accountId, onAnnounce),
-    };
   }
 }

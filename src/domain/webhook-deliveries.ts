@@ -78,7 +78,7 @@ async function inPool<T>(items: T[], concurrency: number, work: (item: T) => Pro
 
 export class WebhookDeliveries {
   private stopped = false;
-  private readonly stopWaiters = new Set<() => void>();
+  private readonly stopping = new AbortController();
 
   constructor(
     private readonly db: Db,
@@ -115,40 +115,26 @@ export class WebhookDeliveries {
    */
   async runForever(idleMs = 1_000): Promise<void> {
     while (!this.stopped) {
-      let wake: () => void = () => undefined;
-      let woken = false;
-      const onCommit = () => {
-        woken = true;
-        wake();
-      };
-      this.commits.on(ANY_ACCOUNT, onCommit); // before reading: a commit during the run is not missed
+      let woken = this.commits.watch(ANY_ACCOUNT); // before reading: a commit during the run is not missed
       try {
-        await this.runDue();
-      } catch (error) {
-        this.options.logger.error({ err: error }, 'webhook delivery run failed');
-        woken = false;
+        try {
+          await this.runDue();
+        } catch (error) {
+          this.options.logger.error({ err: error }, 'webhook delivery run failed');
+          woken.cancel();
+          woken = this.commits.watch(ANY_ACCOUNT); // after a failure, wait for a later commit or idleMs
+        }
+        await woken.wait(idleMs, this.stopping.signal);
+      } finally {
+        woken.cancel();
       }
-      if (!woken && !this.stopped) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, idleMs);
-          wake = done;
-          this.stopWaiters.add(done);
-          const stopWaiters = this.stopWaiters;
-          function done() {
-            clearTimeout(timer);
-            stopWaiters.delete(done);
-            resolve();
-          }
-        });
-      }
-      this.commits.off(ANY_ACCOUNT, onCommit);
     }
   }
 
   /** Ends runForever (after the attempts in flight). */
   stop(): void {
     this.stopped = true;
-    for (const wake of [...this.stopWaiters]) wake();
+    this.stopping.abort();
   }
 
   /**
@@ -193,7 +179,7 @@ export class WebhookDeliveries {
     await this.db.$transaction(async (tx) => {
       const recorded = await this.store.recordAttempt(tx, delivery.id, delivery.attempt, record);
       if (!recorded) return; // the endpoint was deleted meanwhile, or another worker recorded this attempt
-      const health = await this.store.recordHealth(tx, endpoint.id, now, succeeded);
+      const health = await this.store.recordFailure(tx, endpoint.id, now);
       if (!health) return;
       const disabledNow = gone && health.enabled;
       if (disabledNow) {
@@ -205,7 +191,7 @@ export class WebhookDeliveries {
           data: { name: health.name, changed: ['enabled'], enabled: false, disabled_reason: reason },
         });
       }
-      if (disabledNow || (!succeeded && health.consecutiveFailures === FAILING_ALERT_AFTER)) {
+      if (disabledNow || health.consecutiveFailures === FAILING_ALERT_AFTER) {
         await raiseAlert(tx, health.accountId, {
           kind: 'webhook_failing',
           title: disabledNow ? 'A webhook endpoint was disabled' : 'Webhook deliveries are failing',

@@ -126,13 +126,11 @@ export class WebhookStore {
     });
   }
 
-  /** After an attempt: health of the endpoint; returns it (null when it was deleted meanwhile). */
-  async recordHealth(tx: Tx, endpointId: string, now: Date, succeeded: boolean): Promise<WebhookEndpoint | null> {
+  /** After a failed attempt: the endpoint's health; returns it (null when it was deleted meanwhile). Successes: recordSuccess. */
+  async recordFailure(tx: Tx, endpointId: string, now: Date): Promise<WebhookEndpoint | null> {
     const { count } = await tx.webhookEndpoint.updateMany({
       where: { id: endpointId },
-      data: succeeded
-        ? { lastDeliveryAt: now, lastSuccessAt: now, consecutiveFailures: 0 }
-        : { lastDeliveryAt: now, consecutiveFailures: { increment: 1 } },
+      data: { lastDeliveryAt: now, consecutiveFailures: { increment: 1 } },
     });
     return count === 1 ? tx.webhookEndpoint.findUnique({ where: { id: endpointId } }) : null;
   }
