@@ -9,8 +9,16 @@ export async function writeAtomic(path: string, content: string, mode: number): 
   const tmp = `${path}.kiste-tmp`;
   // A leftover from an interrupted write may be read-only (machine-id is 0444).
   await fs.rm(tmp, { force: true });
-  await fs.writeFile(tmp, content, { mode });
-  await fs.chmod(tmp, mode);
+  const file = await fs.open(tmp, 'w', mode);
+  try {
+    await file.writeFile(content);
+    await file.chmod(mode);
+    // On disk before the rename: a crash, or a live fork's copy of the disk, never sees the new name
+    // with empty contents (ext4 writes data late; an empty host key file stops sshd from starting).
+    await file.sync();
+  } finally {
+    await file.close();
+  }
   await fs.rename(tmp, path);
 }
 

@@ -23,6 +23,7 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
     if (/[\r\n\0]/.test(key) || key.length > 16384 || key.trim() === '') throw new AgentError('bad_request', 'each authorized key must be one non-empty line');
   }
   const regenerate = bool(p, 'regenerate_host_keys');
+  const givenKeys = hostKeyFiles(p.host_keys);
   const root = config.root;
   const env = config.commandEnv;
 
@@ -44,8 +45,17 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
     for (const name of await fs.readdir(sshEtc)) {
       if (/^ssh_host_.*_key(\.pub)?$/.test(name)) await fs.rm(join(sshEtc, name), { force: true });
     }
-    // -A makes every default key type; -f gives it the root prefix (OpenSSH >= 7.8).
-    await runCommand('ssh-keygen', root === '/' ? ['-A'] : ['-A', '-f', root], env, 300_000);
+    if (givenKeys) {
+      // Made by the host (seconds faster than ssh-keygen on an emulated CPU).
+      for (const key of givenKeys) {
+        const base = join(sshEtc, `ssh_host_${KEY_FILE_NAMES[key.algorithm]}_key`);
+        await writeAtomic(base, key.private_key, 0o600);
+        await writeAtomic(`${base}.pub`, `${key.public_key}\n`, 0o644);
+      }
+    } else {
+      // An older host: -A makes every default key type; -f gives it the root prefix (OpenSSH >= 7.8).
+      await runCommand('ssh-keygen', root === '/' ? ['-A'] : ['-A', '-f', root], env, 300_000);
+    }
     if (await exists(join(root, 'run/systemd/system'))) {
       try {
         await runCommand('systemctl', ['reload-or-restart', 'ssh'], env);
@@ -56,6 +66,35 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
     }
   }
   return { hostname, host_keys: await hostKeys(sshEtc), machine_id: await readMachineId(root) };
+}
+
+/** File name part per key type: /etc/ssh/ssh_host_<name>_key, as ssh-keygen -A names them. */
+const KEY_FILE_NAMES: Record<string, string> = { 'ssh-ed25519': 'ed25519', 'ecdsa-sha2-nistp256': 'ecdsa' };
+
+interface HostKeyFile {
+  algorithm: string;
+  private_key: string;
+  public_key: string;
+}
+
+/** host_keys from the host: each a known type, an OpenSSH private key and its one-line public key. */
+function hostKeyFiles(raw: unknown): HostKeyFile[] | null {
+  if (raw === undefined || raw === null) return null;
+  if (!Array.isArray(raw) || raw.length === 0 || raw.length > 4) throw new AgentError('bad_request', 'host_keys must be an array of 1 to 4 keys');
+  return raw.map((item, i) => {
+    const key = object(item);
+    const algorithm = str(key, 'algorithm') as string;
+    const privateKey = str(key, 'private_key', { max: 16384 }) as string;
+    const publicKey = str(key, 'public_key', { max: 16384 }) as string;
+    if (!(algorithm in KEY_FILE_NAMES)) throw new AgentError('bad_request', `host_keys[${i}]: unsupported key type ${JSON.stringify(algorithm)}`);
+    if (!/^-----BEGIN OPENSSH PRIVATE KEY-----\n[A-Za-z0-9+/=\n]+-----END OPENSSH PRIVATE KEY-----\n$/.test(privateKey)) {
+      throw new AgentError('bad_request', `host_keys[${i}]: private_key is not an OpenSSH private key`);
+    }
+    if (!new RegExp(`^${algorithm} [A-Za-z0-9+/]+={0,2}$`).test(publicKey)) {
+      throw new AgentError('bad_request', `host_keys[${i}]: public_key must be "${algorithm} <base64>"`);
+    }
+    return { algorithm, private_key: privateKey, public_key: publicKey };
+  });
 }
 
 export async function hostKeys(sshEtc: string): Promise<HostKey[]> {

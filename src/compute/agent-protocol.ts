@@ -500,6 +500,19 @@ export interface PersonaliseParams {
   hostname: string;
   authorized_keys: string[];
   regenerate_host_keys: boolean;
+  /**
+   * With regenerate_host_keys: the new host keys, made by the host (agents older than the field
+   * ignore it and run ssh-keygen -A). Written to /etc/ssh/ssh_host_{ed25519,ecdsa}_key(.pub).
+   */
+  host_keys?: HostKeyFile[];
+}
+export interface HostKeyFile {
+  /** ssh-ed25519 | ecdsa-sha2-nistp256 */
+  algorithm: string;
+  /** OpenSSH private key file ("-----BEGIN OPENSSH PRIVATE KEY-----\n…-----END OPENSSH PRIVATE KEY-----\n"). */
+  private_key: string;
+  /** "algorithm base64" */
+  public_key: string;
 }
 export interface HostKey {
   algorithm: string;

@@ -9,6 +9,7 @@ import { pruneImageVersions, readLatestImage } from '../../images';
 import { AgentClient } from './agent-client';
 import { nextMerge } from './checkpoint-policy';
 import { DiskState, LayerStore } from './layers';
+import { generateHostKeys } from './ssh-host-keys';
 import type { Accelerator, GuestIdentity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine } from './machine-host';
 import {
   activeLayer,
@@ -109,6 +110,8 @@ export class QemuMachineHost implements MachineHost {
       const forkActive = `${targetId}-0.qcow2`;
       const machine = await this.machine(sourceId);
       if (machine) {
+        // What programs in the source wrote goes into the copy (not only what reached the disk).
+        await this.flushGuest(sourceId, 'a fork');
         // The source's top freezes and becomes the shared backing of its new top and of the copy.
         await this.newTopLayer(sourceId, machine, (next) =>
           liveFork(machine.qmp, { newActiveFile: this.layers.path(next), newActiveNode: nodeName(next), forkFile: this.layers.path(forkActive) }),
@@ -129,9 +132,7 @@ export class QemuMachineHost implements MachineHost {
     return this.exclusive(id, async () => {
       const machine = await this.machine(id);
       if (!machine) return { taken: false };
-      await this.agent(id).syncFilesystems({ timeoutMs: 60_000 }).catch((error: Error) => {
-        this.options.logger.warn({ err: error, machine: id }, 'guest did not flush before a checkpoint; taking it crash-consistent');
-      });
+      await this.flushGuest(id, 'a checkpoint');
       const active = await activeLayer(machine.qmp);
       const changedBytes = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
       if (changedBytes === 0) return { taken: false };
@@ -301,6 +302,13 @@ export class QemuMachineHost implements MachineHost {
     return ids.map((id) => this.layers.readState(this.machineDir(id))?.active).filter((active): active is string => Boolean(active));
   }
 
+  /** Asks the guest to flush its file systems before its disk is frozen; without an answer the copy is crash-consistent. */
+  private async flushGuest(id: string, what: string): Promise<void> {
+    await this.agent(id).syncFilesystems({ timeoutMs: 60_000 }).catch((error: Error) => {
+      this.options.logger.warn({ err: error, machine: id }, `guest did not flush before ${what}; taking it crash-consistent`);
+    });
+  }
+
   /** Stops talking to machines (they keep running); for shutdown. */
   detachAll(): void {
     for (const id of [...this.agents.keys()]) this.dropAgent(id);
@@ -319,10 +327,12 @@ export class QemuMachineHost implements MachineHost {
     const state = this.diskState(id);
     const identityHash = createHash('sha256').update(JSON.stringify([identity.hostname, identity.authorizedKeys])).digest('hex');
     if (options.resumed && state.hostKeysGenerated && state.personalised?.identity === identityHash) return { hostKeys: state.personalised.hostKeys };
+    const newKeys = state.hostKeysGenerated ? undefined : generateHostKeys();
     const result = await agent.personalise({
       hostname: identity.hostname,
       authorized_keys: identity.authorizedKeys,
-      regenerate_host_keys: !state.hostKeysGenerated,
+      regenerate_host_keys: newKeys !== undefined,
+      host_keys: newKeys?.map((key) => ({ algorithm: key.algorithm, private_key: key.privateKey, public_key: key.publicKey })),
     });
     const hostKeys = result.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key }));
     this.layers.writeState(dir, { ...this.diskState(id), hostKeysGenerated: true, personalised: { identity: identityHash, hostKeys } });

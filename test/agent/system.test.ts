@@ -9,6 +9,7 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import { join } from 'node:path';
 import { AgentCallError, AgentClient } from '../../src/compute/agent-client';
+import { generateHostKeys } from '../../src/compute/ssh-host-keys';
 import type { MetricsResult } from '../../src/compute/agent-protocol';
 import { responseValidator } from '../../src/http/validation';
 import { AgentProcess, eventually, freePort } from './harness';
@@ -132,6 +133,44 @@ describe('with the real /proc', () => {
     // Without regeneration the keys stay and are reported.
     const third = await client.personalise({ hostname: 'quiet-otter', authorized_keys: [deviceKey], regenerate_host_keys: false });
     expect(third.host_keys).toEqual(second.host_keys);
+  });
+
+  test('personalise writes the host keys the host made (no ssh-keygen in the guest)', async () => {
+    const keys = generateHostKeys();
+    const sshEtc = join(agent.root, 'etc/ssh');
+    mkdirSync(sshEtc, { recursive: true });
+    writeFileSync(join(sshEtc, 'ssh_host_rsa_key'), 'an old key of the source disk');
+    writeFileSync(join(sshEtc, 'ssh_host_rsa_key.pub'), 'ssh-rsa AAAA old');
+    const before = agent.commands().filter((c) => c.startsWith('ssh-keygen')).length;
+    const result = await client.personalise({
+      hostname: 'keyed', authorized_keys: [], regenerate_host_keys: true,
+      host_keys: keys.map((k) => ({ algorithm: k.algorithm, private_key: k.privateKey, public_key: k.publicKey })),
+    });
+    expect(agent.commands().filter((c) => c.startsWith('ssh-keygen')).length).toBe(before);
+    expect(result.host_keys.map((k) => k.public_key).sort()).toEqual(keys.map((k) => k.publicKey).sort());
+    expect(readdirSync(sshEtc).filter((f) => f.startsWith('ssh_host_')).sort()).toEqual([
+      'ssh_host_ecdsa_key', 'ssh_host_ecdsa_key.pub', 'ssh_host_ed25519_key', 'ssh_host_ed25519_key.pub',
+    ]);
+    expect(statSync(join(sshEtc, 'ssh_host_ed25519_key')).mode & 0o777).toBe(0o600);
+    expect(statSync(join(sshEtc, 'ssh_host_ed25519_key.pub')).mode & 0o777).toBe(0o644);
+    expect(readFileSync(join(sshEtc, 'ssh_host_ed25519_key'), 'utf8')).toBe(keys[0]!.privateKey);
+    // What sshd will load: OpenSSH reads the file back to the same public key.
+    const derived = execFileSync('ssh-keygen', ['-y', '-f', join(sshEtc, 'ssh_host_ecdsa_key')], { encoding: 'utf8' });
+    expect(derived.trim()).toBe(keys[1]!.publicKey);
+
+    const good = { algorithm: keys[0]!.algorithm, private_key: keys[0]!.privateKey, public_key: keys[0]!.publicKey };
+    for (const bad of [
+      [{ ...good, algorithm: 'ssh-rsa' }],
+      [{ ...good, private_key: 'not a key' }],
+      [{ ...good, public_key: `${good.public_key}\nssh-ed25519 AAAA injected` }],
+      [],
+      'x',
+    ]) {
+      const error = await client.personalise({ hostname: 'keyed', authorized_keys: [], regenerate_host_keys: true, host_keys: bad as never }).catch((e: unknown) => e);
+      expect((error as AgentCallError).code).toBe('bad_request');
+    }
+    // A refused request changed nothing.
+    expect(readFileSync(join(sshEtc, 'ssh_host_ed25519_key'), 'utf8')).toBe(keys[0]!.privateKey);
   });
 
   test('personalise gives every new disk its own machine id', async () => {
