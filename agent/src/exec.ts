@@ -2,7 +2,7 @@
 // the host grants. When the credit is spent the agent stops reading the child's pipes, so the
 // child blocks on a full pipe instead of the agent buffering: at most one read per pipe is held.
 import { ChildProcess, spawn } from 'node:child_process';
-import { promises as fs, constants as fsConstants } from 'node:fs';
+import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 import * as os from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import {
@@ -61,8 +61,8 @@ export async function execStart(raw: unknown, ctx: Ctx): Promise<Reply> {
   const stdin = bool(p, 'stdin', false);
   const window = clampWindow(int(p, 'window_bytes', { optional: true, min: 0 }));
 
-  const dir = cwd ?? (await defaultCwd(ctx.config.commandEnv.HOME));
-  if (cwd) await checkDirectory(cwd);
+  const dir = cwd ?? defaultCwd(ctx.config.commandEnv.HOME);
+  if (cwd) checkDirectory(cwd);
   if (!ctx.current()) throw new AgentError('internal', 'session ended');
 
   fifos ??= new FifoPool(ctx.config.commandEnv);
@@ -126,10 +126,12 @@ function execChannel(ctx: Ctx, id: number): ExecChannel {
   return channel;
 }
 
-async function defaultCwd(home: string | undefined): Promise<string> {
+// Synchronous stats: a local directory answers at once, while a thread-pool round trip costs
+// milliseconds in an emulated guest (each one wakes an idle thread), on every exec.
+function defaultCwd(home: string | undefined): string {
   if (home) {
     try {
-      if ((await fs.stat(home)).isDirectory()) return home;
+      if (statSync(home).isDirectory()) return home;
     } catch {
       // fall through
     }
@@ -137,10 +139,10 @@ async function defaultCwd(home: string | undefined): Promise<string> {
   return '/';
 }
 
-async function checkDirectory(cwd: string): Promise<void> {
+function checkDirectory(cwd: string): void {
   try {
-    if (!(await fs.stat(cwd)).isDirectory()) throw new AgentError('bad_request', `cwd ${cwd} is not a directory`);
-    await fs.access(cwd, fsConstants.X_OK);
+    if (!statSync(cwd).isDirectory()) throw new AgentError('bad_request', `cwd ${cwd} is not a directory`);
+    accessSync(cwd, fsConstants.X_OK);
   } catch (error) {
     if (error instanceof AgentError) throw error;
     throw new AgentError('bad_request', `cwd ${cwd} is not usable: ${errnoCode(error) ?? String(error)}`);

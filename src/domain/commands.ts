@@ -4,7 +4,7 @@
 // that goes away, or an interrupt, cancels the command.
 import { createHash } from 'node:crypto';
 import { KisteError } from '../errors';
-import { AgentCallError } from '../compute/agent-client';
+import { AgentCallError, type ExecHandle } from '../compute/agent-client';
 import type { MachineHost } from '../compute/machine-host';
 import { appendEvent } from '../store/events';
 import type { Db } from '../store/prisma';
@@ -40,6 +40,8 @@ export type ExecEvent =
     }
   | { type: 'failed'; id: string; instance: string; message: string };
 
+type CommandUpdate = Parameters<Db['command']['update']>[0]['data'];
+
 export class Commands {
   /** Cancel functions of commands running in this process. */
   private readonly cancels = new Map<string, () => void>();
@@ -55,24 +57,37 @@ export class Commands {
   /** Checks and records the command, then streams it. Errors before the stream are thrown here. */
   async exec(accountId: string, name: string, input: ExecInput, clientGone: AbortSignal): Promise<AsyncIterable<ExecEvent>> {
     const instance = await this.instances.running(accountId, name);
-    const id = input.id ?? newId();
     const requestHash = hashRequest(input);
-    const existing = await this.db.command.findUnique({ where: { id } });
-    if (existing) {
-      if (existing.accountId !== accountId || existing.instanceId !== instance.id || existing.requestHash !== requestHash) {
-        throw new KisteError('P11', { message: 'This command id was used for a different request', param: 'id' });
+    if (input.id) {
+      const existing = await this.db.command.findUnique({ where: { id: input.id } });
+      if (existing) {
+        if (existing.accountId !== accountId || existing.instanceId !== instance.id || existing.requestHash !== requestHash) {
+          throw new KisteError('P11', { message: 'This command id was used for a different request', param: 'id' });
+        }
+        if (existing.status === 'running') throw new KisteError('P11', { message: 'A command with this id is still running', param: 'id' });
+        return replay(existing, name);
       }
-      if (existing.status === 'running') throw new KisteError('P11', { message: 'A command with this id is still running', param: 'id' });
-      return replay(existing, name);
     }
-    const record = await this.db.$transaction(async (tx) => {
-      const created = await tx.command.create({
-        data: { id, accountId, instanceId: instance.id, requestHash, status: 'running', startedAt: this.clock.now() },
+    const id = input.id ?? newId();
+    // A client's id must be recorded before the command runs (two requests with the same id race
+    // to the unique row, and only the winner may run). An id made here is unique already, so the
+    // agent starts the command while the record is written: it saves a transaction's time per exec.
+    const startEarly = input.id ? null : this.startInAgent(instance.id, input);
+    startEarly?.catch(() => undefined); // awaited in stream(); this only keeps an early failure from going unhandled
+    let record: Command;
+    try {
+      record = await this.db.$transaction(async (tx) => {
+        const created = await tx.command.create({
+          data: { id, accountId, instanceId: instance.id, requestHash, status: 'running', startedAt: this.clock.now() },
+        });
+        await appendEvent(tx, accountId, { type: 'command.started', resourceType: 'command', resourceId: id, data: { instance: name } });
+        return created;
       });
-      await appendEvent(tx, accountId, { type: 'command.started', resourceType: 'command', resourceId: id, data: { instance: name } });
-      return created;
-    });
-    return this.stream(record, name, input, clientGone);
+    } catch (error) {
+      void startEarly?.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
+      throw error;
+    }
+    return this.stream(record, name, clientGone, () => startEarly ?? this.startInAgent(record.instanceId, input));
   }
 
   list(accountId: string, instanceId: string): Promise<Command[]> {
@@ -95,61 +110,76 @@ export class Commands {
     return { accepted: true, command: updated };
   }
 
-  private async *stream(record: Command, name: string, input: ExecInput, clientGone: AbortSignal): AsyncIterable<ExecEvent> {
+  private startInAgent(instanceId: string, input: ExecInput): Promise<ExecHandle> {
+    return this.host.agent(instanceId).exec({
+      argv: input.argv,
+      cwd: input.cwd ?? null,
+      env: input.env,
+      timeout_ms: input.timeoutMs ?? 0,
+      output_limit_bytes: this.settings.outputLimitBytes,
+    });
+  }
+
+  private async *stream(record: Command, name: string, clientGone: AbortSignal, start: () => Promise<ExecHandle>): AsyncIterable<ExecEvent> {
     const id = record.id;
-    yield { type: 'started', id, instance: name };
     // An interrupt may come while the agent is still starting the command: remember it.
     let interruptedEarly = false;
     this.cancels.set(id, () => void (interruptedEarly = true));
-    let handle;
+    const starting = start();
+    starting.catch(() => undefined); // awaited below; a stream closed before that must not leave it unhandled
+    let exec: ExecHandle | undefined;
+    let settled = false;
+    const settle = (data: CommandUpdate) => {
+      settled = true;
+      return this.finish(record, data, name);
+    };
+    const cancel = () => void exec?.cancel().catch(() => undefined);
     try {
-      handle = await this.host.agent(record.instanceId).exec({
-        argv: input.argv,
-        cwd: input.cwd ?? null,
-        env: input.env,
-        timeout_ms: input.timeoutMs ?? 0,
-        output_limit_bytes: this.settings.outputLimitBytes,
-      });
-    } catch (error) {
-      this.cancels.delete(id);
-      const message = error instanceof AgentCallError || error instanceof Error ? error.message : String(error);
-      await this.finish(record, { status: 'failed', errorMessage: message }, name);
-      yield { type: 'failed', id, instance: name, message };
-      return;
-    }
-    const exec = handle;
-    const cancel = () => void exec.cancel().catch(() => undefined);
-    this.cancels.set(id, cancel);
-    clientGone.addEventListener('abort', cancel);
-    // The client went away, or an interrupt came, while the agent was starting the command.
-    if (clientGone.aborted || interruptedEarly) cancel();
-    try {
-      let sequence = 0;
-      for await (const chunk of exec) {
-        if (clientGone.aborted) continue; // drain: the command is being cancelled
-        yield { type: 'output', id, sequence: sequence++, stream: chunk.stream, data_base64: chunk.data.toString('base64') };
+      yield { type: 'started', id, instance: name };
+      try {
+        exec = await starting;
+      } catch (error) {
+        const message = error instanceof AgentCallError || error instanceof Error ? error.message : String(error);
+        await settle({ status: 'failed', errorMessage: message });
+        yield { type: 'failed', id, instance: name, message };
+        return;
       }
-      const exit = await exec.exit;
-      const completed = {
-        type: 'completed' as const, id, instance: name, exit_code: exit.exit_code, status: exit.status,
-        duration_ms: exit.duration_ms, stdout_bytes: exit.stdout_bytes, stderr_bytes: exit.stderr_bytes, signal: exit.signal,
-      };
-      await this.finish(record, {
-        status: 'finished', completionStatus: exit.status, exitCode: exit.exit_code, signal: exit.signal,
-        durationMs: BigInt(exit.duration_ms), stdoutBytes: BigInt(exit.stdout_bytes), stderrBytes: BigInt(exit.stderr_bytes),
-      }, name);
-      yield completed;
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      await this.finish(record, { status: 'failed', errorMessage: message }, name);
-      yield { type: 'failed', id, instance: name, message };
+      this.cancels.set(id, cancel);
+      clientGone.addEventListener('abort', cancel);
+      // The client went away, or an interrupt came, while the agent was starting the command.
+      if (clientGone.aborted || interruptedEarly) cancel();
+      try {
+        let sequence = 0;
+        for await (const chunk of exec) {
+          if (clientGone.aborted) continue; // drain: the command is being cancelled
+          yield { type: 'output', id, sequence: sequence++, stream: chunk.stream, data_base64: chunk.data.toString('base64') };
+        }
+        const exit = await exec.exit;
+        await settle({
+          status: 'finished', completionStatus: exit.status, exitCode: exit.exit_code, signal: exit.signal,
+          durationMs: BigInt(exit.duration_ms), stdoutBytes: BigInt(exit.stdout_bytes), stderrBytes: BigInt(exit.stderr_bytes),
+        });
+        yield {
+          type: 'completed', id, instance: name, exit_code: exit.exit_code, status: exit.status,
+          duration_ms: exit.duration_ms, stdout_bytes: exit.stdout_bytes, stderr_bytes: exit.stderr_bytes, signal: exit.signal,
+        };
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        await settle({ status: 'failed', errorMessage: message });
+        yield { type: 'failed', id, instance: name, message };
+      }
     } finally {
       clientGone.removeEventListener('abort', cancel);
       this.cancels.delete(id);
+      if (!settled) {
+        // The stream was closed before the command ended (the client left at once): stop it, close the record.
+        void starting.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
+        await this.finish(record, { status: 'failed', errorMessage: 'the client went away before the command finished' }, name).catch(() => undefined);
+      }
     }
   }
 
-  private async finish(record: Command, data: Parameters<Db['command']['update']>[0]['data'], name: string): Promise<void> {
+  private async finish(record: Command, data: CommandUpdate, name: string): Promise<void> {
     await this.db.$transaction(async (tx) => {
       await tx.command.update({ where: { id: record.id }, data: { ...data, finishedAt: this.clock.now() } });
       await appendEvent(tx, record.accountId, {
