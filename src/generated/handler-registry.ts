@@ -32,6 +32,7 @@ import { handler as GetInstanceMetrics } from '../../handlers/GetInstanceMetrics
 import { handler as GetMe } from '../../handlers/GetMe';
 import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument';
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
+import { handler as GetSshHostKey } from '../../handlers/GetSshHostKey';
 import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as GetWebhook } from '../../handlers/GetWebhook';
 import { handler as Healthz } from '../../handlers/Healthz';
@@ -93,6 +94,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetMe,
   GetOpenApiDocument,
   GetPlatformStatus,
+  GetSshHostKey,
   GetStatus,
   GetWebhook,
   Healthz,

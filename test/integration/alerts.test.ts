@@ -3,7 +3,6 @@
 // first, acknowledged, scoped to the account, and e-mailed through a real SMTP server process on
 // loopback (test/support/smtp-relay-server.ts) according to the per-kind switches; a relay that
 // is down or refuses costs e-mail, never the alert.
-import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { AlertChecks, diskUsagePercent } from '../../src/domain/alert-checks';
@@ -15,6 +14,7 @@ import { InstanceStore } from '../../src/store/instances';
 import type { Account } from '../../src/store/prisma';
 import { AgentProcess } from '../agent/harness';
 import { apiKeyFor, bearer, browserFor, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
+import { insertInstance } from '../support/instance-rows';
 import { ManualClock } from '../support/manual-clock';
 import { freePort } from '../support/service-process';
 import { SmtpRelay } from '../support/smtp-relay';
@@ -22,7 +22,6 @@ import { SmtpRelay } from '../support/smtp-relay';
 jest.setTimeout(60_000);
 
 const NOWHERE = '00000000-0000-4000-8000-000000000000';
-const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
 const RELAY_USER = 'kiste-relay';
 const RELAY_PASS = 'relay pass: w0rd/@';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -48,27 +47,6 @@ interface EventBody {
 }
 
 const relayUrl = (port: number) => `smtp://${encodeURIComponent(RELAY_USER)}:${encodeURIComponent(RELAY_PASS)}@127.0.0.1:${port}`;
-
-/** An instance row (no VM), with the status given. */
-async function insertInstance(t: TestService, account: Account, name: string, status = 'starting') {
-  return t.services.database.prisma.instance.create({
-    data: {
-      id: randomUUID(),
-      accountId: account.id,
-      name,
-      image: 'universal',
-      imageProfile: 'minimal',
-      artifactKey: 'test',
-      status,
-      desiredState: 'running',
-      vcpu: 1,
-      memoryMib: 512,
-      diskMib: 4096,
-      sshPublicKey: SSH_KEY,
-      guestHostname: name,
-    },
-  });
-}
 
 /** Drives a lifecycle operation whose work fails, the way a failed boot would: the instance ends in error. */
 async function failOperation(t: TestService, account: Account, name: string, message = 'the disk image is corrupt') {
