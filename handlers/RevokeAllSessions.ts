@@ -3,6 +3,7 @@ import { SESSION_COOKIE } from '../src/http/cookies';
 
 export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) => {
   const revoked = await services.signIn.revokeAll(auth.accountId);
+  services.sshTunnels.closeAccount(auth.accountId); // the spec: signing out everywhere closes SSH tunnels
   return {
     status: 200,
     body: {

@@ -7,6 +7,7 @@ import pino, { Logger } from 'pino';
 import { serviceJobs } from './background';
 import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
+import { serveWebSockets } from './http/websocket';
 import { createApp } from './http/app';
 import { createServices, Services } from './services';
 import { probeAccelerator } from './compute/qemu';
@@ -33,6 +34,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
     ? createHttpsServer({ cert: readFileSync(config.tls.certFile), key: readFileSync(config.tls.keyFile) }, app)
     : createHttpServer(app);
   server.keepAliveTimeout = 65_000;
+  const webSockets = serveWebSockets(server, app);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.listenPort, config.listenHost, () => resolve());
@@ -47,6 +49,9 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
     services,
     url,
     async stop() {
+      // Upgraded connections do not end with server.close(): tunnels close first.
+      services.sshTunnels.closeAll();
+      webSockets.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();

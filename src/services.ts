@@ -18,6 +18,7 @@ import { EventStream } from './domain/events';
 import { EventStore } from './store/events';
 import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
+import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { QemuMachineHost } from './compute/qemu-machine-host';
@@ -60,6 +61,7 @@ export interface Services {
   machineHost: QemuMachineHost;
   instances: Instances;
   commands: Commands;
+  sshTunnels: SshTunnels;
   alerts: Alerts;
   webhooks: Webhooks;
   webhookDeliveries: WebhookDeliveries;
@@ -75,6 +77,8 @@ export interface ServiceOptions {
   lifecycleWaitMs?: number;
   /** Output a command may write before it is stopped (default OUTPUT_LIMIT_BYTES, 256 MiB). */
   commandOutputLimitBytes?: number;
+  /** SSH tunnel rules (default: 32 per account, one hour idle). */
+  tunnels?: TunnelSettings;
   logger?: { info(object: object, message: string): void; warn(object: object, message: string): void; error(object: object, message: string): void };
   /** Webhook deliveries, for tests and benchmarks: name resolver, extra trusted CAs (never needed in production), attempt timeout, jitter source. */
   webhooks?: { resolve?: Resolver; ca?: string | Buffer | (string | Buffer)[]; timeoutMs?: number; random?: () => number };
@@ -160,6 +164,7 @@ export function createServices(config: Config, database: Database, options: Serv
     machineHost,
     instances,
     commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
+    sshTunnels: new SshTunnels(instances, machineHost, options.tunnels),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,

@@ -54,6 +54,8 @@ export interface MachineHost {
   boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine>;
   /** Continues the saved memory session; resolves once the agent answers again. */
   resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine>;
+  /** A running machine takes a changed identity (host name, authorized keys) now; nothing happens when it is unchanged. */
+  refreshIdentity(id: string, identity: GuestIdentity): Promise<void>;
   hasSession(id: string): Promise<boolean>;
   discardSession(id: string): Promise<void>;
   /** Stops the machine; with saveSession its memory is saved first (false back when the guest could not be saved). */

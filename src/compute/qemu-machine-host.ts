@@ -165,8 +165,12 @@ export class QemuMachineHost implements MachineHost {
     const agent = this.agent(id);
     await agent.waitConnected(60_000);
     // The guest clock stood still while the session was saved; set it while personalising.
-    const [started] = await Promise.all([this.personalise(id, identity, { resumed: true }), agent.setTime(Date.now())]);
+    const [started] = await Promise.all([this.personalise(id, identity, { unlessUnchanged: true }), agent.setTime(Date.now())]);
     return started;
+  }
+
+  async refreshIdentity(id: string, identity: GuestIdentity): Promise<void> {
+    await this.personalise(id, identity, { unlessUnchanged: true });
   }
 
   async hasSession(id: string): Promise<boolean> {
@@ -317,17 +321,17 @@ export class QemuMachineHost implements MachineHost {
   }
 
   /**
-   * Host name, authorized keys and (once per disk) host keys and machine id. A resumed session that
-   * was personalised with the same identity already has all of it, and was ready when it was saved
+   * Host name, authorized keys and (once per disk) host keys and machine id. A resumed session (or a
+   * running machine) that was personalised with the same identity already has all of it, and was ready when it was saved
    * (sshd's listening socket is part of the restored state): nothing to wait for but the agent,
    * which the caller has. Probing SSH again cost ~0.2–0.5 s of a resume under TCG.
    */
-  private async personalise(id: string, identity: GuestIdentity, options: { resumed?: boolean } = {}): Promise<StartedMachine> {
+  private async personalise(id: string, identity: GuestIdentity, options: { unlessUnchanged?: boolean } = {}): Promise<StartedMachine> {
     const agent = this.agent(id);
     const dir = this.machineDir(id);
     const identityHash = createHash('sha256').update(JSON.stringify([identity.hostname, identity.authorizedKeys])).digest('hex');
     const state = this.diskState(id);
-    if (options.resumed && state.hostKeysGenerated && state.personalised?.identity === identityHash) return { hostKeys: state.personalised.hostKeys };
+    if (options.unlessUnchanged && state.hostKeysGenerated && state.personalised?.identity === identityHash) return { hostKeys: state.personalised.hostKeys };
     await agent.waitReady(this.options.bootTimeoutMs ?? 300_000);
     const newKeys = state.hostKeysGenerated ? undefined : generateHostKeys();
     const result = await agent.personalise({

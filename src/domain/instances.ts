@@ -352,6 +352,15 @@ export class Instances {
     checkHostCapacity(Math.floor(freemem() / 1048576), memoryMib, this.settings.hostMemoryReserveMib);
   }
 
+  /**
+   * Device keys added or deleted since the machine started are taken now (the spec: at the next
+   * tunnel opening or start). The host name stays what the guest has until its next cold boot.
+   */
+  async refreshAuthorizedKeys(instance: Instance): Promise<void> {
+    const identity = await this.identity(instance);
+    await this.host.refreshIdentity(instance.id, { ...identity, hostname: instance.guestHostname });
+  }
+
   private async identity(instance: Instance): Promise<GuestIdentity> {
     const deviceKeys = await this.stores.deviceKeys.list(instance.accountId);
     const current = (await this.stores.instances.findById(instance.id)) ?? instance;

@@ -51,6 +51,7 @@ import { handler as Logout } from '../../handlers/Logout';
 import { handler as OAuthAuthorize } from '../../handlers/OAuthAuthorize';
 import { handler as OAuthAuthorizeDecision } from '../../handlers/OAuthAuthorizeDecision';
 import { handler as OAuthToken } from '../../handlers/OAuthToken';
+import { handler as OpenSshTunnel } from '../../handlers/OpenSshTunnel';
 import { handler as RenameInstance } from '../../handlers/RenameInstance';
 import { handler as RestartInstance } from '../../handlers/RestartInstance';
 import { handler as ResumeInstance } from '../../handlers/ResumeInstance';
@@ -113,6 +114,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   OAuthAuthorize,
   OAuthAuthorizeDecision,
   OAuthToken,
+  OpenSshTunnel,
   RenameInstance,
   RestartInstance,
   ResumeInstance,

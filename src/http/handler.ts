@@ -4,6 +4,7 @@ import type { operations } from '../generated/api';
 import type { OPERATIONS } from '../generated/operations';
 import type { AuthContext } from '../domain/auth-context';
 import type { Services } from '../services';
+import type { WebSocketUpgrade } from './websocket';
 
 type Op<K extends keyof operations> = operations[K];
 type OrEmpty<T> = [T] extends [never] ? Record<string, never> : [T] extends [undefined] ? Record<string, never> : NonNullable<T>;
@@ -67,6 +68,8 @@ export interface RequestInfo {
   url: string;
   /** Aborted when the client goes away before the answer is complete (e.g. to cancel a command). */
   signal: AbortSignal;
+  /** A WebSocket handshake the handler may accept (then it answers 101); null for a plain request. */
+  upgrade: WebSocketUpgrade | null;
 }
 
 type AuthOf<K extends keyof operations> = K extends keyof typeof OPERATIONS

@@ -11,6 +11,7 @@ import { mediaTypeOf, parseBody, readBody } from './body';
 import { parseCookies, setCookies, SESSION_COOKIE } from './cookies';
 import type { AnyHandlerResult, RequestInfo } from './handler';
 import { validateBody, validateParameters } from './validation';
+import { upgradeOf } from './websocket';
 
 /** Bodies of requests to operations that take none are still bounded. */
 const NO_BODY_LIMIT = 64 * 1024;
@@ -79,6 +80,7 @@ function requestInfo(req: Request, res: Response, services: Services): RequestIn
     secure: services.config.tls !== null || services.config.baseUrl.startsWith('https:'),
     host,
     url: req.originalUrl,
+    upgrade: upgradeOf(req),
     // Made on first use: only streaming handlers (exec) watch for the client going away.
     get signal(): AbortSignal {
       if (!gone) {
@@ -144,6 +146,7 @@ function checkCsrf(services: Services, auth: AuthContext, req: Request, body: un
 }
 
 async function sendResult(res: Response, result: AnyHandlerResult, secure: boolean): Promise<void> {
+  if (result.status === 101) return; // the handler accepted a WebSocket upgrade: the handshake answered it
   if (result.cookies?.length) setCookies(res, result.cookies, secure);
   for (const [name, value] of Object.entries(result.headers ?? {})) if (value !== undefined) res.setHeader(name, value);
   res.status(result.status);

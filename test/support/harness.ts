@@ -37,6 +37,8 @@ export interface TestServiceOptions {
   commandOutputLimitBytes?: number;
   /** Webhook delivery settings: name resolver, the test receiver's CA, attempt timeout, jitter. */
   webhooks?: ServiceOptions['webhooks'];
+  /** SSH tunnel rules (per-account limit, idle time). */
+  tunnels?: ServiceOptions['tunnels'];
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -49,6 +51,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     lifecycleWaitMs: options.lifecycleWaitMs,
     commandOutputLimitBytes: options.commandOutputLimitBytes,
     webhooks: options.webhooks,
+    tunnels: options.tunnels,
   });
   const app = await createApp(services, pino({ level: 'silent' }));
   const api = Object.fromEntries(

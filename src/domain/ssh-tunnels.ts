@@ -1,0 +1,147 @@
+// SSH tunnels: a byte stream to the guest's OpenSSH server (through the agent's tcp.open), carried
+// by whatever transport the caller attaches (the HTTP layer attaches a WebSocket). The rules live
+// here: running instance (K03), SSH listening (K04), 32 open per account (L07), one hour idle,
+// closed when the machine stops or is deleted (its agent link ends) and when the account signs
+// out everywhere. Device keys changed since the machine started are given to it at each opening.
+import type { Duplex } from 'node:stream';
+import { KisteError } from '../errors';
+import { AgentCallError } from '../compute/agent-client';
+import type { MachineHost } from '../compute/machine-host';
+import type { Instances } from './instances';
+
+export const TUNNELS_PER_ACCOUNT = 32;
+export const TUNNEL_IDLE_MS = 60 * 60 * 1000;
+const SSH_PORT = 22;
+
+/** Why a tunnel was closed by the service (the transport turns it into a close frame). */
+export type TunnelEnd = 'idle' | 'signed_out' | 'guest_closed' | 'shutdown';
+
+/** One side of a tunnel as the domain sees the transport. */
+export interface TunnelPeer {
+  /** Bytes from the guest; false = stop reading until onDrain. */
+  send(chunk: Buffer): boolean;
+  onDrain(resume: () => void): void;
+  close(end: TunnelEnd, detail?: string): void;
+}
+
+export interface TunnelSettings {
+  perAccount: number;
+  idleMs: number;
+}
+
+export class SshTunnel {
+  private idleTimer: NodeJS.Timeout | null = null;
+  private peer: TunnelPeer | null = null;
+  private closed = false;
+
+  constructor(
+    readonly accountId: string,
+    readonly instanceId: string,
+    private readonly stream: Duplex,
+    private readonly idleMs: number,
+    private readonly onClosed: (tunnel: SshTunnel) => void,
+  ) {
+    stream.on('error', () => this.close('guest_closed'));
+    stream.on('close', () => this.close('guest_closed'));
+    this.touch();
+  }
+
+  /** Connects the transport: guest bytes go to the peer (paused while it is full), peer bytes come through write(). */
+  attach(peer: TunnelPeer): void {
+    if (this.closed) return peer.close('guest_closed');
+    this.peer = peer;
+    peer.onDrain(() => this.stream.resume());
+    this.stream.on('data', (chunk: Buffer) => {
+      this.touch();
+      if (!peer.send(chunk)) this.stream.pause();
+    });
+    this.stream.on('end', () => this.close('guest_closed'));
+  }
+
+  /** Bytes from the client; the callback runs once the guest side took them (backpressure to the transport). */
+  write(chunk: Buffer, taken: () => void): void {
+    if (this.closed) return;
+    this.touch();
+    if (this.stream.write(chunk)) taken();
+    else this.stream.once('drain', taken);
+  }
+
+  /** The client went away (or the service closes it): the guest connection ends too. */
+  close(end: TunnelEnd, detail?: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.stream.destroy();
+    this.peer?.close(end, detail);
+    this.onClosed(this);
+  }
+
+  private touch(): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => this.close('idle', `no traffic for ${Math.round(this.idleMs / 60000)} minutes`), this.idleMs);
+    this.idleTimer.unref();
+  }
+}
+
+export class SshTunnels {
+  private readonly open = new Map<string, Set<SshTunnel>>();
+  /** Openings under way count against the limit too, so concurrent ones cannot pass it together. */
+  private readonly opening = new Map<string, number>();
+
+  constructor(
+    private readonly instances: Instances,
+    private readonly host: MachineHost,
+    private readonly settings: TunnelSettings = { perAccount: TUNNELS_PER_ACCOUNT, idleMs: TUNNEL_IDLE_MS },
+  ) {}
+
+  /** Checks the rules and connects to the guest's SSH port; the caller attaches its transport. */
+  async connect(accountId: string, name: string): Promise<SshTunnel> {
+    const instance = await this.instances.running(accountId, name);
+    if (this.count(accountId) >= this.settings.perAccount) {
+      throw new KisteError('L07', { message: `The account already has ${this.settings.perAccount} SSH tunnels open` });
+    }
+    this.opening.set(accountId, (this.opening.get(accountId) ?? 0) + 1);
+    try {
+      await this.instances.refreshAuthorizedKeys(instance);
+      let stream: Duplex;
+      try {
+        stream = await this.host.agent(instance.id).openTcp(SSH_PORT, undefined, { timeoutMs: 10_000 });
+      } catch (error) {
+        if (error instanceof AgentCallError && error.code === 'connect_failed') {
+          throw new KisteError('K04', { message: `Instance ${name}'s SSH server is not accepting connections yet` });
+        }
+        throw error;
+      }
+      const tunnel = new SshTunnel(accountId, instance.id, stream, this.settings.idleMs, (t) => this.forget(t));
+      let set = this.open.get(accountId);
+      if (!set) this.open.set(accountId, (set = new Set()));
+      set.add(tunnel);
+      return tunnel;
+    } finally {
+      const left = (this.opening.get(accountId) ?? 1) - 1;
+      if (left > 0) this.opening.set(accountId, left);
+      else this.opening.delete(accountId);
+    }
+  }
+
+  /** Open tunnels of the account (and openings under way). */
+  count(accountId: string): number {
+    return (this.open.get(accountId)?.size ?? 0) + (this.opening.get(accountId) ?? 0);
+  }
+
+  /** Signing out everywhere ends the account's tunnels. */
+  closeAccount(accountId: string): void {
+    for (const tunnel of [...(this.open.get(accountId) ?? [])]) tunnel.close('signed_out');
+  }
+
+  /** For shutdown. */
+  closeAll(): void {
+    for (const set of [...this.open.values()]) for (const tunnel of [...set]) tunnel.close('shutdown');
+  }
+
+  private forget(tunnel: SshTunnel): void {
+    const set = this.open.get(tunnel.accountId);
+    set?.delete(tunnel);
+    if (set?.size === 0) this.open.delete(tunnel.accountId);
+  }
+}

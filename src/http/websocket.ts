@@ -1,0 +1,105 @@
+// WebSocket endpoints. An upgrade request goes through the same app and pipeline as any request
+// (route, credential, budget, validation, error envelope) and the handler decides: it accepts the
+// upgrade, or throws and the client gets the HTTP error with the envelope, before any handshake.
+//
+// `ws` is used directly (noServer) rather than express-ws: express-ws completes the handshake
+// before the route runs, so a refusal (401, 409 K03/K04/L07) could only be a close frame after a
+// 101, while the spec answers these before the upgrade.
+import { IncomingMessage, ServerResponse, type Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import type { SshTunnel, TunnelEnd, TunnelPeer } from '../domain/ssh-tunnels';
+
+/** What a handler gets for an upgrade request (null for a plain request: 426 P08). */
+export interface WebSocketUpgrade {
+  accept(onOpen: (ws: WebSocket) => void): void;
+}
+
+const UPGRADE = Symbol('kiste.websocket-upgrade');
+/** Largest message a client may send; SSH packets are far smaller (the tunnel splits nothing). */
+const MAX_MESSAGE_BYTES = 1024 * 1024;
+/** Guest bytes queued for a slow client before the guest side is paused. */
+const SEND_HIGH_WATER = 1024 * 1024;
+
+export function upgradeOf(req: IncomingMessage): WebSocketUpgrade | null {
+  return (req as IncomingMessage & { [UPGRADE]?: WebSocketUpgrade })[UPGRADE] ?? null;
+}
+
+type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** Routes the server's upgrade requests through the app. */
+export function serveWebSockets(server: Server, app: RequestListener): { close(): void } {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    const res = new ServerResponse(req);
+    res.shouldKeepAlive = false;
+    res.assignSocket(socket as Socket);
+    let accepted = false;
+    if (isWebSocketHandshake(req)) {
+      (req as IncomingMessage & { [UPGRADE]?: WebSocketUpgrade })[UPGRADE] = {
+        accept(onOpen) {
+          accepted = true;
+          res.detachSocket(socket as Socket);
+          if (!socket.writable) return socket.destroy();
+          wss.handleUpgrade(req, socket, head, onOpen);
+        },
+      };
+    }
+    // An answer instead of an upgrade: the connection ends with it.
+    res.on('finish', () => {
+      if (!accepted) socket.end();
+    });
+    app(req, res);
+  });
+  return { close: () => wss.close() };
+}
+
+function isWebSocketHandshake(req: IncomingMessage): boolean {
+  return (
+    req.method === 'GET' &&
+    String(req.headers.upgrade ?? '').toLowerCase() === 'websocket' &&
+    typeof req.headers['sec-websocket-key'] === 'string' &&
+    req.headers['sec-websocket-version'] === '13'
+  );
+}
+
+/** Close codes a tunnel ends with (4000–4999: private use). */
+const CLOSE_CODES: Record<TunnelEnd, number> = { guest_closed: 1000, shutdown: 1001, idle: 4001, signed_out: 4003 };
+
+/** Binary frames both ways carry the tunnel's bytes; backpressure holds the slower side. */
+export function carryTunnel(ws: WebSocket, tunnel: SshTunnel): void {
+  let drainWaiter: (() => void) | null = null;
+  const peer: TunnelPeer = {
+    send(chunk) {
+      ws.send(chunk, { binary: true }, () => {
+        if (drainWaiter && ws.bufferedAmount < SEND_HIGH_WATER / 2) {
+          const resume = drainWaiter;
+          resume();
+        }
+      });
+      return ws.bufferedAmount < SEND_HIGH_WATER;
+    },
+    onDrain(resume) {
+      drainWaiter = resume;
+    },
+    close(end, detail) {
+      if (ws.readyState === ws.OPEN) ws.close(CLOSE_CODES[end], (detail ?? end).slice(0, 120));
+      else ws.terminate();
+    },
+  };
+  ws.on('message', (data: RawData, isBinary: boolean) => {
+    if (!isBinary) {
+      ws.close(1003, 'binary frames only');
+      return;
+    }
+    const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+    // Stop reading the client until the guest took these bytes.
+    ws.pause();
+    tunnel.write(chunk, () => ws.resume());
+  });
+  ws.on('close', () => tunnel.close('guest_closed'));
+  ws.on('error', () => tunnel.close('guest_closed'));
+  tunnel.attach(peer);
+}

@@ -1,0 +1,192 @@
+// SSH over the WebSocket tunnel, with the system's OpenSSH client on one real machine (minimal image
+// under QEMU): the host key from ssh-host-key pinned in known_hosts (StrictHostKeyChecking=yes),
+// a command, scp both ways, a local port forward; refusals before the upgrade (426 P08, 409 L07,
+// 409 K03); a device key added works at the next opening and stops working once deleted; idle,
+// sign-out-everywhere and stop close open tunnels. Tunnel rules here: 2 per account, 4 s idle.
+import { execFile } from 'node:child_process';
+import { createServer, Server } from 'node:http';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import WebSocket from 'ws';
+import { serveWebSockets } from '../../src/http/websocket';
+import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { apiKeyFor, bearer, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
+
+jest.setTimeout(900_000);
+
+const NAME = 'tunnelled';
+const PROXY = join(__dirname, '../support/tunnel-proxy.js');
+const IDLE_MS = 4000;
+
+function run(file: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile(file, args, { timeout: 120_000, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+      resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) });
+    });
+    if (input !== undefined) child.stdin?.end(input);
+  });
+}
+
+/** A raw tunnel (no SSH client): resolves once open, or with the HTTP refusal. */
+function openRaw(port: number, token: string): Promise<{ ws?: WebSocket; status?: number; body?: any; closed?: Promise<{ code: number; reason: string }> }> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(`ws://127.0.0.1:${port}/v1/instances/${NAME}/ssh-tunnel`, { headers: bearer(token) });
+    const closed = new Promise<{ code: number; reason: string }>((done) => ws.on('close', (code, reason) => done({ code, reason: reason.toString() })));
+    ws.on('open', () => resolve({ ws, closed }));
+    ws.on('unexpected-response', (_req, res) => {
+      let text = '';
+      res.on('data', (c) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode, body: JSON.parse(text) }));
+    });
+    ws.on('error', () => undefined);
+  });
+}
+
+/** The SSH banner read through an open raw tunnel: the bytes are the guest's sshd. */
+function bannerOf(ws: WebSocket): Promise<string> {
+  return new Promise((resolve) => ws.once('message', (data) => resolve(data.toString())));
+}
+
+describe('SSH over the WebSocket tunnel with OpenSSH', () => {
+  let t: TestService;
+  let server: Server;
+  let port: number;
+  let key: string;
+  let cli: string;
+  let dir: string;
+  let accountId: string;
+
+  const sshArgs = (identity: string, token = key) => [
+    '-F', '/dev/null',
+    '-i', identity,
+    '-o', 'IdentitiesOnly=yes',
+    '-o', 'BatchMode=yes',
+    '-o', `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
+    '-o', 'StrictHostKeyChecking=yes',
+    '-o', `ProxyCommand=${process.execPath} ${PROXY} ws://127.0.0.1:${port}/v1/instances/${NAME}/ssh-tunnel ${token}`,
+  ];
+  const ssh = (identity: string, command: string, extra: string[] = []) => run('ssh', [...sshArgs(identity), ...extra, `root@${NAME}.kiste`, command]);
+  const newKey = (name: string) => run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]).then(() => join(dir, name));
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kiste-ssh-'));
+    await ensureTestImage();
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, tunnels: { perAccount: 2, idleMs: IDLE_MS } });
+    expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
+    const account = await createAccount(t);
+    accountId = account.id;
+    key = await apiKeyFor(t, account);
+    cli = await cliTokenFor(t, account);
+    server = createServer(t.app);
+    serveWebSockets(server, t.app);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as { port: number }).port;
+    const identity = await newKey('user');
+    const created = await t.api.post('/v1/instances').set(bearer(key))
+      .send({ profile: 'desktop', name: NAME, vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: readFileSync(`${identity}.pub`, 'utf8').trim() });
+    if (created.status !== 200) throw new Error(`create failed: ${created.status} ${JSON.stringify(created.body)}`);
+    const hostKey = await t.api.get(`/v1/instances/${NAME}/ssh-host-key`).set(bearer(key)).expect(200);
+    writeFileSync(join(dir, 'known_hosts'), `${hostKey.body.known_hosts_line}\n`);
+  });
+
+  afterAll(async () => {
+    if (t) {
+      for (const id of await t.services.machineHost.knownMachineIds()) await t.services.machineHost.destroy(id).catch(() => undefined);
+      t.services.sshTunnels.closeAll();
+    }
+    await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+    await t?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('a command, scp both ways and a port forward, with the pinned host key', async () => {
+    const identity = join(dir, 'user');
+    const hello = await ssh(identity, 'echo hello from $(hostname)');
+    expect(hello.stderr).not.toMatch(/WARNING|Permanently added/);
+    expect(hello).toMatchObject({ code: 0, stdout: `hello from ${NAME}\n` });
+
+    const payload = randomBytes(3 * 1024 * 1024);
+    writeFileSync(join(dir, 'up.bin'), payload);
+    const scpArgs = [...sshArgs(identity), '-q'];
+    expect((await run('scp', [...scpArgs, join(dir, 'up.bin'), `root@${NAME}.kiste:/root/up.bin`])).code).toBe(0);
+    expect((await ssh(identity, 'sha256sum /root/up.bin')).stdout.split(' ')[0]).toBe(require('node:crypto').createHash('sha256').update(payload).digest('hex'));
+    expect((await run('scp', [...scpArgs, `root@${NAME}.kiste:/root/up.bin`, join(dir, 'down.bin')])).code).toBe(0);
+    expect(readFileSync(join(dir, 'down.bin')).equals(payload)).toBe(true);
+
+    // -L: a local port forwarded through SSH to the guest's own sshd; its banner comes back.
+    const localPort = 20000 + Math.floor(Math.random() * 20000);
+    const forward = execFile('ssh', [...sshArgs(identity), '-N', '-o', 'ExitOnForwardFailure=yes', '-L', `127.0.0.1:${localPort}:127.0.0.1:22`, `root@${NAME}.kiste`]);
+    try {
+      const banner = await new Promise<string>((resolve, reject) => {
+        const deadline = Date.now() + 60_000;
+        const attempt = () => {
+          const socket = connect(localPort, '127.0.0.1');
+          socket.once('data', (data) => {
+            socket.destroy();
+            resolve(data.toString());
+          });
+          socket.once('error', () => (Date.now() > deadline ? reject(new Error('forward never opened')) : setTimeout(attempt, 250)));
+        };
+        attempt();
+      });
+      expect(banner).toMatch(/^SSH-2\.0-OpenSSH/);
+    } finally {
+      forward.kill();
+    }
+  });
+
+  test('refusals before the upgrade: a plain GET is 426 P08; a third open tunnel is 409 L07; idle tunnels close', async () => {
+    const plain = await t.api.get(`/v1/instances/${NAME}/ssh-tunnel`).set(bearer(key)).expect(426);
+    expect(plain.body.error).toMatchObject({ code: 'P08', type: 'upgrade_required' });
+
+    const first = await openRaw(port, key);
+    const second = await openRaw(port, cli);
+    expect(await bannerOf(first.ws!)).toMatch(/^SSH-2\.0-OpenSSH/);
+    expect(second.ws).toBeDefined();
+    const third = await openRaw(port, key);
+    expect(third.status).toBe(409);
+    expect(third.body.error).toMatchObject({ code: 'L07', type: 'tunnel_limit_reached', retryable: true });
+
+    // Nothing crosses them for IDLE_MS: both close (4001), and the limit frees up.
+    expect(await first.closed).toMatchObject({ code: 4001 });
+    expect(await second.closed).toMatchObject({ code: 4001 });
+    expect(t.services.sshTunnels.count(accountId)).toBe(0);
+    const again = await openRaw(port, key);
+    expect(again.ws).toBeDefined();
+    again.ws!.close();
+  });
+
+  test('signing out everywhere closes the tunnels', async () => {
+    const open = await openRaw(port, cli);
+    expect(open.ws).toBeDefined();
+    await t.api.post('/v1/sessions/revoke-all').set(bearer(cli)).expect(200);
+    expect(await open.closed).toMatchObject({ code: 4003 });
+    cli = await cliTokenFor(t, (await t.services.database.prisma.account.findUniqueOrThrow({ where: { id: accountId } })));
+  });
+
+  test('a device key works from the next tunnel opening and stops once deleted', async () => {
+    const device = await newKey('device');
+    expect((await ssh(device, 'true')).code).not.toBe(0); // not trusted yet
+    const added = await t.api.post('/v1/device-keys').set(bearer(cli)).send({ name: 'laptop', public_key: readFileSync(`${device}.pub`, 'utf8').trim() }).expect(200);
+    expect(await ssh(device, 'echo device-ok')).toMatchObject({ code: 0, stdout: 'device-ok\n' });
+    await t.api.delete(`/v1/device-keys/${added.body.id}`).set(bearer(cli)).expect(200);
+    const refused = await ssh(device, 'true');
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/Permission denied/);
+    expect((await ssh(join(dir, 'user'), 'true')).code).toBe(0); // the create key still works
+  });
+
+  test('stopping the machine closes its tunnel; a stopped machine refuses with 409 K03', async () => {
+    const open = await openRaw(port, key);
+    expect(open.ws).toBeDefined();
+    await t.api.post(`/v1/instances/${NAME}/stop`).set(bearer(key)).send({}).expect(200);
+    expect((await open.closed!).code).toBeGreaterThanOrEqual(1000);
+    expect(t.services.sshTunnels.count(accountId)).toBe(0);
+    const refused = await openRaw(port, key);
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: 'K03' });
+  });
+});
