@@ -1,0 +1,151 @@
+// SSH tunnel throughput benchmark:   npm run bench:tunnel
+//
+// One machine on the minimal image (built or refreshed first in $KISTE_IMAGE_DIR, default
+// /tmp/kiste-image-cache), kiste in this process on SQLite with a real listening socket (WebSocket
+// upgrades served as in production), an account, an API key.
+//
+//   figure     kiste                                                   baseline (same run, same guest)
+//   download   scp of a file from the guest with the system's OpenSSH, a plain TCP stream from a guest port to
+//              ProxyCommand = the test tunnel proxy (WebSocket client)   this process through the agent (tcp.open)
+//
+// The file is random bytes written in the guest first; the baseline port serves the same file
+// (a small Node server in the guest). Runs alternate baseline and scp; medians are compared.
+// Target: tunnel / direct >= 0.5. Settings: BENCH_TUNNEL_MIB (32), BENCH_TUNNEL_RUNS (3).
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { buildAgent } from '../agent/build';
+import { buildImage } from '../images';
+import { listQemuProcesses, probeAccelerator } from '../src/compute/qemu';
+import { loadConfig } from '../src/config';
+import { openDatabase, type Database } from '../src/db/database';
+import { createApp } from '../src/http/app';
+import { serveWebSockets } from '../src/http/websocket';
+import { sshHostKeyOf } from '../src/domain/ssh-host-key';
+import { createServices, type Services } from '../src/services';
+import { TEST_IMAGE_DIR } from '../test/support/images';
+import { close, listen, log } from './bench/support';
+
+const MIB = 1024 * 1024;
+const SIZE_MIB = Number(process.env.BENCH_TUNNEL_MIB ?? 32);
+const RUNS = Number(process.env.BENCH_TUNNEL_RUNS ?? 3);
+const NAME = 'bench-tunnel';
+const GUEST_PORT = 9099;
+const PROXY = join(__dirname, '../test/support/tunnel-proxy.js');
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+function run(file: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(file, args, { maxBuffer: 1024 * 1024 }, (error, _stdout, stderr) => (error ? reject(new Error(`${file} failed: ${String(stderr).trim() || error.message}`)) : resolve()));
+  });
+}
+
+async function main(): Promise<void> {
+  const workDir = mkdtempSync(join(tmpdir(), 'kiste-bench-tunnel-'));
+  let database: Database | undefined;
+  let services: Services | undefined;
+  let server: Server | undefined;
+  let failed = false;
+  try {
+    log(`image: building or refreshing the minimal image in ${TEST_IMAGE_DIR}`);
+    await buildImage({ profile: 'minimal', outDir: TEST_IMAGE_DIR, agentBundle: (await buildAgent()).outfile });
+    const config = loadConfig({
+      KISTE_DATA_DIR: join(workDir, 'data'),
+      KISTE_IMAGE_DIR: TEST_IMAGE_DIR,
+      KISTE_IMAGE_PROFILE: 'minimal',
+      KISTE_REQUESTS_PER_MINUTE: '1000000000',
+    });
+    const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
+    log(`accelerator ${choice.accelerator} (${choice.reason})`);
+    database = await openDatabase({ url: undefined, dataDir: config.dataDir });
+    services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)) });
+    if (!(await services.machineHost.refreshImage('minimal'))) throw new Error('the service does not see the minimal image');
+    const account = await services.accounts.create('bench-tunnel@example.com', 'benchmark password', 'Bench');
+    const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
+    const app = await createApp(services, pino({ level: 'silent' }));
+    server = createServer(app);
+    serveWebSockets(server, app);
+    const base = await listen(server);
+
+    const identity = join(workDir, 'id_ed25519');
+    await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'bench', '-f', identity]);
+    log('kiste: creating the machine (minimal image, 2 vCPU, 1024 MiB)');
+    const instance = await services.instances.create(account.id, {
+      name: NAME, vcpu: 2, memoryMib: 1024, diskMib: 4096, sshPublicKey: readFileSync(`${identity}.pub`, 'utf8').trim(),
+    });
+    const agent = services.machineHost.agent(instance.id);
+    const knownHosts = join(workDir, 'known_hosts');
+    writeFileSync(knownHosts, `${sshHostKeyOf(await services.instances.get(account.id, NAME)).knownHostsLine}\n`);
+
+    log(`guest: writing ${SIZE_MIB} MiB of random bytes to /root/big.bin and serving it on port ${GUEST_PORT}`);
+    const prepared = await agent.run({ argv: ['sh', '-c', `head -c ${SIZE_MIB}M /dev/urandom > /root/big.bin && sync`] });
+    if (prepared.exit_code !== 0) throw new Error(`guest: ${prepared.stderr.toString()}`);
+    const serve = `require('net').createServer((s) => require('fs').createReadStream('/root/big.bin').pipe(s)).listen(${GUEST_PORT}, '127.0.0.1')`;
+    await agent.run({ argv: ['sh', '-c', `nohup node -e "${serve}" >/dev/null 2>&1 &`] });
+    // Node starts slowly on an emulated CPU: wait until the port takes connections.
+    for (let waited = 0; ; waited += 250) {
+      const probe = await agent.openTcp(GUEST_PORT).catch(() => null);
+      if (probe) {
+        probe.destroy();
+        break;
+      }
+      if (waited > 60_000) throw new Error(`guest: nothing listens on port ${GUEST_PORT} after 60 s`);
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+
+    const direct: number[] = [];
+    const tunnel: number[] = [];
+    const url = `${base.replace('http:', 'ws:')}/v1/instances/${NAME}/ssh-tunnel`;
+    const sshOptions = [
+      '-F', '/dev/null', '-i', identity, '-o', 'IdentitiesOnly=yes', '-o', 'BatchMode=yes', '-q',
+      '-o', `UserKnownHostsFile=${knownHosts}`, '-o', 'StrictHostKeyChecking=yes',
+      '-o', `ProxyCommand=${process.execPath} ${PROXY} ${url} ${token}`,
+    ];
+    for (let i = 0; i < RUNS; i++) {
+      let started = performance.now();
+      const stream = await agent.openTcp(GUEST_PORT);
+      let bytes = 0;
+      for await (const chunk of stream) bytes += (chunk as Buffer).length;
+      if (bytes !== SIZE_MIB * MIB) throw new Error(`direct stream: ${bytes} bytes`);
+      direct.push(bytes / MIB / ((performance.now() - started) / 1000));
+
+      const target = join(workDir, 'down.bin');
+      rmSync(target, { force: true });
+      started = performance.now();
+      await run('scp', [...sshOptions, `root@${NAME}.kiste:/root/big.bin`, target]);
+      const seconds = (performance.now() - started) / 1000;
+      if (statSync(target).size !== SIZE_MIB * MIB) throw new Error('scp copied a different size');
+      tunnel.push(SIZE_MIB / seconds);
+      log(`run ${i + 1}/${RUNS}: direct ${direct.at(-1)!.toFixed(1)} MiB/s, scp through the tunnel ${tunnel.at(-1)!.toFixed(1)} MiB/s`);
+    }
+    const ratio = median(tunnel) / median(direct);
+    console.log('');
+    console.log(`SSH tunnel, ${SIZE_MIB} MiB download, medians of ${RUNS} (accelerator ${choice.accelerator})`);
+    console.log(`  direct TCP stream through the agent   ${median(direct).toFixed(1)} MiB/s   (runs: ${direct.map((v) => v.toFixed(1)).join(' ')})`);
+    console.log(`  scp through the WebSocket tunnel      ${median(tunnel).toFixed(1)} MiB/s   (runs: ${tunnel.map((v) => v.toFixed(1)).join(' ')})`);
+    console.log(`  ratio tunnel / direct                 ${ratio.toFixed(2)}   target >= 0.5: ${ratio >= 0.5 ? 'met' : 'NOT met'}`);
+    console.log('  (scp includes SSH key exchange, encryption in the emulated guest and the ProxyCommand process start)');
+  } catch (error) {
+    failed = true;
+    console.error(`bench failed: ${error instanceof Error ? error.stack : String(error)}`);
+  } finally {
+    log('cleaning up');
+    services?.sshTunnels.closeAll();
+    if (services) for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch(() => undefined);
+    if (server) await close(server);
+    await database?.close();
+    rmSync(workDir, { recursive: true, force: true });
+    const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));
+    if (left.length > 0) {
+      console.error(`QEMU left behind: ${left.map((p) => p.pid).join(' ')}`);
+      failed = true;
+    }
+  }
+  process.exit(failed ? 1 : 0);
+}
+
+void main();
