@@ -3,7 +3,9 @@ import { SESSION_COOKIE } from '../src/http/cookies';
 
 export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) => {
   const revoked = await services.signIn.revokeAll(auth.accountId);
-  services.sshTunnels.closeAccount(auth.accountId); // the spec: signing out everywhere closes SSH tunnels
+  // The spec: signing out everywhere closes SSH tunnels and terminals too.
+  services.sshTunnels.closeAccount(auth.accountId);
+  services.terminals.closeAccount(auth.accountId);
   return {
     status: 200,
     body: {

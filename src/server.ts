@@ -51,6 +51,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
     async stop() {
       // Upgraded connections do not end with server.close(): tunnels close first.
       services.sshTunnels.closeAll();
+      services.terminals.closeAll();
       webSockets.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -19,6 +19,7 @@ import { EventStore } from './store/events';
 import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
 import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
+import { Terminals, type TerminalSettings } from './domain/terminals';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { QemuMachineHost } from './compute/qemu-machine-host';
@@ -62,6 +63,7 @@ export interface Services {
   instances: Instances;
   commands: Commands;
   sshTunnels: SshTunnels;
+  terminals: Terminals;
   alerts: Alerts;
   webhooks: Webhooks;
   webhookDeliveries: WebhookDeliveries;
@@ -79,6 +81,8 @@ export interface ServiceOptions {
   commandOutputLimitBytes?: number;
   /** SSH tunnel rules (default: 32 per account, one hour idle). */
   tunnels?: TunnelSettings;
+  /** Browser terminal timings (connect and reattach windows, replay size). */
+  terminals?: TerminalSettings;
   logger?: { info(object: object, message: string): void; warn(object: object, message: string): void; error(object: object, message: string): void };
   /** Webhook deliveries, for tests and benchmarks: name resolver, extra trusted CAs (never needed in production), attempt timeout, jitter source. */
   webhooks?: { resolve?: Resolver; ca?: string | Buffer | (string | Buffer)[]; timeoutMs?: number; random?: () => number };
@@ -165,6 +169,7 @@ export function createServices(config: Config, database: Database, options: Serv
     instances,
     commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels: new SshTunnels(instances, machineHost, options.tunnels),
+    terminals: new Terminals(instances, machineHost, clock, options.terminals),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,

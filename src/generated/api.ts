@@ -1435,7 +1435,7 @@ export interface paths {
         };
         /**
          * Connect a terminal (WebSocket)
-         * @description WebSocket upgrade authorized by the capability from POST /v1/instances/{name}/terminal.
+         * @description WebSocket upgrade authorized by the capability from POST /v1/instances/{name}/terminal (403 D04 when it is unknown or its session ended). Binary frames carry the terminal's bytes both ways. The client sends text frames `{"type": "resize", "cols": N, "rows": N}`; when the shell ends the service sends `{"type": "exit", "exit_code": N or null, "reason": "..."}` and closes with 1000. The capability must be used within 60 s; after the client leaves, the shell waits 60 s for a reconnect with the same capability, which first replays the recent output (up to 64 KiB). Another connection with the same capability takes the terminal over. Signing out everywhere and stopping the instance end it.
          */
         get: operations["ConnectTerminal"];
         put?: never;

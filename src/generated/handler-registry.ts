@@ -4,11 +4,13 @@ import type { Handler } from '../http/handler';
 import type { ImplementedOperationId } from './operations';
 import { handler as AcknowledgeAlert } from '../../handlers/AcknowledgeAlert';
 import { handler as AddDeviceKey } from '../../handlers/AddDeviceKey';
+import { handler as ConnectTerminal } from '../../handlers/ConnectTerminal';
 import { handler as ConsoleApprovePage } from '../../handlers/ConsoleApprovePage';
 import { handler as ConsoleLoginPage } from '../../handlers/ConsoleLoginPage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
 import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
+import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
 import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
 import { handler as DeleteApiToken } from '../../handlers/DeleteApiToken';
@@ -67,11 +69,13 @@ import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   AcknowledgeAlert,
   AddDeviceKey,
+  ConnectTerminal,
   ConsoleApprovePage,
   ConsoleLoginPage,
   CreateApiToken,
   CreateExport,
   CreateInstance,
+  CreateTerminalSession,
   CreateWebhook,
   DeleteAccount,
   DeleteApiToken,

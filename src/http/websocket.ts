@@ -10,6 +10,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { SshTunnel, TunnelEnd, TunnelPeer } from '../domain/ssh-tunnels';
+import type { TerminalPeer, TerminalSession } from '../domain/terminals';
 
 /** What a handler gets for an upgrade request (null for a plain request: 426 P08). */
 export interface WebSocketUpgrade {
@@ -102,4 +103,39 @@ export function carryTunnel(ws: WebSocket, tunnel: SshTunnel): void {
   ws.on('close', () => tunnel.close('guest_closed'));
   ws.on('error', () => tunnel.close('guest_closed'));
   tunnel.attach(peer);
+}
+
+/**
+ * A terminal over a WebSocket: binary frames carry the terminal's bytes both ways; the client
+ * sends text frames `{"type":"resize","cols":N,"rows":N}`; when the shell ends the service sends
+ * `{"type":"exit","exit_code":N|null,"reason":"…"}` and closes (1000). Leaving (closing the socket)
+ * keeps the shell for a reconnect with the same capability.
+ */
+export function carryTerminal(ws: WebSocket, session: TerminalSession): void {
+  const peer: TerminalPeer = {
+    output(chunk) {
+      if (ws.readyState === ws.OPEN) ws.send(chunk, { binary: true });
+    },
+    end(exitCode, reason) {
+      if (ws.readyState !== ws.OPEN) return;
+      ws.send(JSON.stringify({ type: 'exit', exit_code: exitCode, reason }));
+      ws.close(1000, reason.slice(0, 120));
+    },
+  };
+  ws.on('message', (data: RawData, isBinary: boolean) => {
+    const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+    if (isBinary) return session.input(bytes);
+    let message: { type?: unknown; cols?: unknown; rows?: unknown };
+    try {
+      message = JSON.parse(bytes.toString('utf8'));
+    } catch {
+      return ws.close(1003, 'text frames must be JSON control messages');
+    }
+    if (message.type === 'resize') {
+      session.resize(Number(message.cols), Number(message.rows)).catch(() => ws.send(JSON.stringify({ type: 'error', message: 'cols and rows must be 1 to 1000' })));
+    }
+  });
+  ws.on('close', () => session.detach(peer));
+  ws.on('error', () => session.detach(peer));
+  session.attach(peer).catch((error: Error) => peer.end(null, error.message));
 }

@@ -1,5 +1,6 @@
-// SSH over the WebSocket tunnel, with the system's OpenSSH client on one real machine (minimal image
-// under QEMU): the host key from ssh-host-key pinned in known_hosts (StrictHostKeyChecking=yes),
+// Remote access on one real machine (minimal image under QEMU). The browser terminal: a PTY shell
+// over a WebSocket (typing, resize, reattach with replay, exit, D04, sign-out). SSH over the
+// WebSocket tunnel, with the system's OpenSSH client: the host key from ssh-host-key pinned in known_hosts (StrictHostKeyChecking=yes),
 // a command, scp both ways, a local port forward; refusals before the upgrade (426 P08, 409 L07,
 // 409 K03); a device key added works at the next opening and stops working once deleted; idle,
 // sign-out-everywhere and stop close open tunnels. Tunnel rules here: 2 per account, 4 s idle.
@@ -177,6 +178,88 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toMatch(/Permission denied/);
     expect((await ssh(join(dir, 'user'), 'true')).code).toBe(0); // the create key still works
+  });
+
+  /** A terminal client: collects output (as text), sends keys and resizes. */
+  function terminal(url: string) {
+    const ws = new WebSocket(url);
+    let text = '';
+    const controls: any[] = [];
+    const opened = new Promise<void>((resolve, reject) => {
+      ws.on('open', () => resolve());
+      ws.on('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (c) => (body += c));
+        res.on('end', () => reject(Object.assign(new Error(`refused ${res.statusCode}`), { status: res.statusCode, body: JSON.parse(body) })));
+      });
+    });
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) text += data.toString();
+      else controls.push(JSON.parse(data.toString()));
+    });
+    const closed = new Promise<number>((resolve) => ws.on('close', (code) => resolve(code)));
+    ws.on('error', () => undefined);
+    return {
+      ws, opened, closed, controls,
+      get text() { return text; },
+      type: (keys: string) => ws.send(Buffer.from(keys), { binary: true }),
+      resize: (cols: number, rows: number) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+      waitFor: async (pattern: RegExp) => {
+        const deadline = Date.now() + 60_000;
+        while (!pattern.test(text)) {
+          if (Date.now() > deadline) throw new Error(`terminal never showed ${pattern}; it showed: ${JSON.stringify(text.slice(-500))}`);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      },
+    };
+  }
+
+  test('terminal: a PTY shell; typing, resize, reattach with replay, exit', async () => {
+    const created = await t.api.post(`/v1/instances/${NAME}/terminal`).set(bearer(key)).send({ cols: 100, rows: 30 }).expect(200);
+    expect(created.body).toMatchObject({ object: 'terminal_session', instance: NAME, cols: 100, rows: 30, token: expect.stringMatching(/^kiste_term_/) });
+    const url = created.body.connect_url.replace(/^ws:\/\/[^/]+/, `ws://127.0.0.1:${port}`);
+    expect(new URL(created.body.connect_url).searchParams.get('token')).toBe(created.body.token);
+
+    const first = terminal(url);
+    await first.opened;
+    first.type('tty; stty size; MARK=kept-$((6*7))\r');
+    await first.waitFor(/\/dev\/pts\/\d+/);
+    await first.waitFor(/30 100/);
+    first.resize(132, 43);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    first.type('stty size\r');
+    await first.waitFor(/43 132/);
+    first.ws.close();
+    await first.closed;
+
+    // Reattach with the same capability: the recent output comes back, and the shell is the same one.
+    const second = terminal(url);
+    await second.opened;
+    await second.waitFor(/43 132/);
+    second.type('echo $MARK\r');
+    await second.waitFor(/kept-42/);
+    second.type('exit 7\r');
+    expect(await second.closed).toBe(1000);
+    expect(second.controls.at(-1)).toMatchObject({ type: 'exit', exit_code: 7 });
+
+    // The session is over: the capability opens nothing now (403 D04 before any upgrade).
+    const again = terminal(url);
+    const refused = await again.opened.catch((e: any) => e);
+    expect(refused.status).toBe(403);
+    expect(refused.body.error).toMatchObject({ code: 'D04', type: 'terminal_capability_invalid' });
+    const bogus = await t.api.get('/v1/terminal/connect?token=kiste_term_nope').expect(403);
+    expect(bogus.body.error).toMatchObject({ code: 'D04' });
+  });
+
+  test('terminal: signing out everywhere ends it', async () => {
+    const created = await t.api.post(`/v1/instances/${NAME}/terminal`).set(bearer(cli)).send({}).expect(200);
+    expect(created.body).toMatchObject({ cols: 80, rows: 24 });
+    const client = terminal(created.body.connect_url.replace(/^ws:\/\/[^/]+/, `ws://127.0.0.1:${port}`));
+    await client.opened;
+    await t.api.post('/v1/sessions/revoke-all').set(bearer(cli)).expect(200);
+    expect(await client.closed).toBe(1000);
+    expect(client.controls.at(-1)).toMatchObject({ type: 'exit', exit_code: null });
+    cli = await cliTokenFor(t, (await t.services.database.prisma.account.findUniqueOrThrow({ where: { id: accountId } })));
   });
 
   test('stopping the machine closes its tunnel; a stopped machine refuses with 409 K03', async () => {
