@@ -1,11 +1,12 @@
-// The real service as a child process (`tsx src/server.ts`) on a free loopback port, for tests of
-// start-up, signals and crashes.
+// The real service as a child process (`node --import tsx src/server.ts`) on a free loopback port,
+// for tests of start-up, signals and crashes. tsx as a loader, not its CLI: the CLI is a second
+// process that relays signals, and under load it once reported a SIGTERM death (143) for a service
+// that handles SIGTERM; signals here must reach the service itself.
 import { ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '../..');
-const TSX = path.join(ROOT, 'node_modules/.bin/tsx');
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -23,7 +24,7 @@ export interface Exit {
   signal: NodeJS.Signals | null;
 }
 
-/** One run of `tsx src/server.ts`, in its own process group (so kill -9 takes the whole service down). */
+/** One run of the service, in its own process group (so kill -9 takes the whole service down). */
 export class ServiceProcess {
   readonly child: ChildProcess;
   output = '';
@@ -37,7 +38,7 @@ export class ServiceProcess {
    */
   constructor(env: Record<string, string>) {
     const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
-    this.child = spawn(TSX, ['src/server.ts'], {
+    this.child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
       cwd: ROOT,
       env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', ...env } as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -81,7 +82,7 @@ export class ServiceProcess {
     this.child.kill(signal);
   }
 
-  /** kill -9 of the whole process group: tsx and the service it runs. */
+  /** kill -9 of the whole process group: the service and anything it started. */
   killHard(): void {
     process.kill(-this.child.pid!, 'SIGKILL');
   }
