@@ -80,11 +80,16 @@ export class TerminalSession {
     this.armExpiry(this.deps.settings.reattachWithinMs);
   }
 
-  input(data: Buffer): void {
-    if (this.ended) return;
+  /** Keys from the client; `taken` runs once the guest accepted them (the transport waits for it: a paste cannot pile up here). */
+  input(data: Buffer, taken: () => void): void {
+    if (this.ended) return taken();
     // Keys typed while the shell starts wait for it (the PTY buffers them until bash reads).
-    if (this.shell) this.shell.stdin?.write(data);
-    else this.typedEarly.push(data);
+    if (!this.shell?.stdin) {
+      this.typedEarly.push(data);
+      return taken();
+    }
+    if (this.shell.stdin.write(data)) taken();
+    else this.shell.stdin.once('drain', taken);
   }
 
   /** Sets the PTY size (the shell gets SIGWINCH). */

@@ -124,7 +124,10 @@ export function carryTerminal(ws: WebSocket, session: TerminalSession): void {
   };
   ws.on('message', (data: RawData, isBinary: boolean) => {
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
-    if (isBinary) return session.input(bytes);
+    if (isBinary) {
+      ws.pause();
+      return session.input(bytes, () => ws.resume());
+    }
     let message: { type?: unknown; cols?: unknown; rows?: unknown };
     try {
       message = JSON.parse(bytes.toString('utf8'));
