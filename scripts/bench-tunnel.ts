@@ -6,7 +6,7 @@
 //
 //   figure     kiste                                                   baseline (same run, same guest)
 //   download   scp of a file from the guest with the system's OpenSSH, a plain TCP stream from a guest port to
-//              ProxyCommand = the test tunnel proxy (WebSocket client)   this process through the agent (tcp.open)
+//              ProxyCommand = `kiste tunnel %h` (the CLI)               this process through the agent (tcp.open)
 //
 // The file is random bytes written in the guest first; the baseline port serves the same file
 // (a small Node server in the guest). Runs alternate baseline and scp; medians are compared.
@@ -35,7 +35,7 @@ const SIZE_MIB = Number(process.env.BENCH_TUNNEL_MIB ?? 32);
 const RUNS = Number(process.env.BENCH_TUNNEL_RUNS ?? 3);
 const NAME = 'bench-tunnel';
 const GUEST_PORT = 9099;
-const PROXY = join(__dirname, '../test/support/tunnel-proxy.js');
+const KISTE_CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../cli/kiste.ts')].join(' ');
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
@@ -100,11 +100,10 @@ async function main(): Promise<void> {
 
     const direct: number[] = [];
     const tunnel: number[] = [];
-    const url = `${base.replace('http:', 'ws:')}/v1/instances/${NAME}/ssh-tunnel`;
     const sshOptions = [
       '-F', '/dev/null', '-i', identity, '-o', 'IdentitiesOnly=yes', '-o', 'BatchMode=yes', '-q',
       '-o', `UserKnownHostsFile=${knownHosts}`, '-o', 'StrictHostKeyChecking=yes',
-      '-o', `ProxyCommand=${process.execPath} ${PROXY} ${url} ${token}`,
+      '-o', `ProxyCommand=${KISTE_CLI} --url ${base} --token ${token} tunnel %h`,
       ...(process.env.BENCH_TUNNEL_SSH_OPTIONS ?? '').split(' ').filter(Boolean),
     ];
     const setup: number[] = [];

@@ -19,7 +19,7 @@ import { apiKeyFor, bearer, cliTokenFor, createAccount, startTestService, TestSe
 jest.setTimeout(900_000);
 
 const NAME = 'tunnelled';
-const PROXY = join(__dirname, '../support/tunnel-proxy.js');
+const KISTE_CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../../cli/kiste.ts')];
 const IDLE_MS = 4000;
 
 function run(file: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -67,7 +67,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     '-o', 'BatchMode=yes',
     '-o', `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
     '-o', 'StrictHostKeyChecking=yes',
-    '-o', `ProxyCommand=${process.execPath} ${PROXY} ws://127.0.0.1:${port}/v1/instances/${NAME}/ssh-tunnel ${token}`,
+    '-o', `ProxyCommand=${KISTE_CLI.join(' ')} --url http://127.0.0.1:${port} --token ${token} tunnel %h`,
   ];
   const ssh = (identity: string, command: string, extra: string[] = []) => run('ssh', [...sshArgs(identity), ...extra, `root@${NAME}.kiste`, command]);
   const newKey = (name: string) => run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]).then(() => join(dir, name));
@@ -137,6 +137,40 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     } finally {
       forward.kill();
     }
+  });
+
+  /** The kiste CLI as a user runs it, with its own config directory. */
+  const kiste = (args: string[], token = key) => {
+    const configDir = join(dir, 'cli-config');
+    return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(KISTE_CLI[0]!, [...KISTE_CLI.slice(1), ...args], {
+        timeout: 120_000,
+        env: { ...process.env, KISTE_URL: `http://127.0.0.1:${port}`, KISTE_TOKEN: token, KISTE_CONFIG_DIR: configDir },
+      }, (error, stdout, stderr) => resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }));
+    });
+  };
+
+  test('the kiste CLI: whoami, exec with live output and exit code, ssh with the pinned key', async () => {
+    const me = await kiste(['whoami']);
+    expect(me).toMatchObject({ code: 0, stdout: expect.stringMatching(/@example\.com\n$/) });
+    expect(JSON.parse((await kiste(['--json', 'whoami'])).stdout)).toMatchObject({ object: 'user', id: accountId });
+
+    const ran = await kiste(['exec', NAME, '--', 'sh', '-c', 'echo out; echo err >&2; exit 3']);
+    expect(ran).toMatchObject({ code: 3, stdout: 'out\n', stderr: 'err\n' });
+    const lines = (await kiste(['--json', 'exec', NAME, '--', 'true'])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.type)).toEqual(['started', 'completed']);
+
+    const viaSsh = await kiste(['ssh', NAME, '-i', join(dir, 'user'), '-o', 'BatchMode=yes', '--', 'echo', 'via-cli']);
+    expect(viaSsh).toMatchObject({ code: 0, stdout: 'via-cli\n' });
+    expect(readFileSync(join(dir, 'cli-config', 'known_hosts'), 'utf8')).toMatch(new RegExp(`^${NAME}\\.kiste ssh-ed25519 `));
+    expect((await kiste(['ssh-config'])).stdout).toMatch(/^Host \*\.kiste\n[\s\S]*ProxyCommand .* tunnel %h\n[\s\S]*StrictHostKeyChecking yes/);
+
+    const missing = await kiste(['exec', 'no-such-machine', '--', 'true']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^kiste: .*\(code: K01\)\n  hint: .+\n  request id: req_/);
+    const refused = await kiste(['tunnel', `${NAME}.kiste`], 'kiste_key_not-a-real-key');
+    expect(refused.code).toBe(255);
+    expect(refused.stderr).toMatch(/^kiste: .*\(code: A0\d\)/);
   });
 
   test('refusals before the upgrade: a plain GET is 426 P08; a third open tunnel is 409 L07; idle tunnels close', async () => {

@@ -1,0 +1,44 @@
+// The typed API client: openapi-fetch over the types generated from openapi.yaml (one source of truth
+// with the service), and how the CLI shows the service's error envelope.
+import createClient from 'openapi-fetch';
+import type { paths } from '../src/generated/api';
+import type { CliContext } from './context';
+
+export type Api = ReturnType<typeof createClient<paths>>;
+
+export function apiFor(ctx: CliContext): Api {
+  return createClient<paths>({ baseUrl: ctx.url, headers: ctx.token ? { authorization: `Bearer ${ctx.token}` } : {} });
+}
+
+interface Envelope {
+  error?: { code?: string; message?: string; hint?: string; request_id?: string | null };
+}
+
+/** A failure the CLI reports and exits with (1 unless the command says otherwise). */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly details: { hint?: string; requestId?: string | null; envelope?: unknown; exitCode?: number } = {},
+  ) {
+    super(message);
+  }
+}
+
+/** The body of a successful answer, or a CliError carrying the service's message, hint and request id. */
+export function ok<T>(result: { data?: T; error?: unknown; response: Response }): T {
+  if (result.error === undefined && result.data !== undefined) return result.data;
+  throw errorFromEnvelope(result.error, result.response);
+}
+
+export function errorFromEnvelope(body: unknown, response: { status: number; headers: { get(name: string): string | null } }): CliError {
+  const error = (body as Envelope | undefined)?.error;
+  if (error?.message) {
+    return new CliError(error.message, { hint: error.hint, requestId: error.request_id ?? response.headers.get('x-request-id'), envelope: body });
+  }
+  return new CliError(`the service answered HTTP ${response.status}`, { requestId: response.headers.get('x-request-id'), envelope: body });
+}
+
+export function requireToken(ctx: CliContext): string {
+  if (!ctx.token) throw new CliError('no credential', { hint: 'Set KISTE_TOKEN (or pass --token) to an API key: see "Your first API key" in the README.' });
+  return ctx.token;
+}

@@ -1,0 +1,84 @@
+// kiste: the command-line client of a kiste service. Global options: --url, --token, --json.
+// Exit status: the command's own (exec, ssh), 0 on success, 1 on an error the service reported
+// (message, hint and request id on stderr), 255 when the SSH tunnel could not be opened.
+import { Command } from 'commander';
+import { apiFor, CliError, ok, requireToken } from './api';
+import { resolveContext, type CliContext } from './context';
+import { runExec } from './exec';
+import { runSsh, sshConfigBlock } from './ssh';
+import { runTunnel } from './tunnel';
+import { CLI_VERSION } from './version';
+
+const program = new Command('kiste')
+  .description('Machines on a kiste service: create, run commands, SSH, terminal.')
+  .version(CLI_VERSION, '-V, --version')
+  .option('--url <url>', 'the service (default: KISTE_URL, the config file, http://127.0.0.1:8080)')
+  .option('--token <token>', 'an API key or CLI sign-in token (default: KISTE_TOKEN, the config file)')
+  .option('--json', 'machine-readable output')
+  .showHelpAfterError();
+
+const context = (): CliContext => resolveContext(program.opts());
+
+program
+  .command('whoami')
+  .description('the signed-in account')
+  .action(async () => {
+    const ctx = context();
+    requireToken(ctx);
+    const me = ok(await apiFor(ctx).GET('/v1/me'));
+    print(ctx, me, `${me.email}${me.name ? ` (${me.name})` : ''}`);
+  });
+
+program
+  .command('exec <name> <command...>')
+  .description('run a command in a machine; its output streams here and its exit code is kiste\'s')
+  .option('--cwd <dir>', 'working directory in the machine')
+  .option('--timeout <seconds>', 'stop the command after this long', (v) => Number(v))
+  .action(async (name: string, command: string[], options: { cwd?: string; timeout?: number }) => {
+    const ctx = context();
+    requireToken(ctx);
+    process.exitCode = await runExec(ctx, name, command, { cwd: options.cwd, timeoutMs: options.timeout ? options.timeout * 1000 : undefined });
+  });
+
+program
+  .command('ssh <name> [command...]')
+  .description('OpenSSH into a machine through the service (host key pinned from the API)')
+  .option('-i, --identity <file>', 'private key file for ssh')
+  .option('-o, --option <option>', 'an ssh -o option (repeatable)', (value: string, all: string[] = []) => [...all, value])
+  .option('-l, --user <user>', 'user in the machine', 'root')
+  .action(async (name: string, command: string[], options: { identity?: string; option?: string[]; user: string }) => {
+    process.exitCode = await runSsh(context(), name, options, command);
+  });
+
+program
+  .command('tunnel <host>')
+  .description('ProxyCommand for ssh: carries stdin/stdout to the machine\'s SSH server (host: NAME or NAME.kiste)')
+  .action(async (host: string) => {
+    await runTunnel(context(), host);
+  });
+
+program
+  .command('ssh-config')
+  .description('a block for ~/.ssh/config that makes `ssh NAME.kiste` work')
+  .action(() => {
+    process.stdout.write(sshConfigBlock(context()));
+  });
+
+function print(ctx: CliContext, value: unknown, text: string): void {
+  process.stdout.write(ctx.json ? `${JSON.stringify(value, null, 2)}\n` : `${text}\n`);
+}
+
+program.parseAsync(process.argv).catch((error: unknown) => {
+  const json = Boolean(program.opts().json);
+  if (error instanceof CliError) {
+    if (json) process.stderr.write(`${JSON.stringify(error.details.envelope ?? { error: { message: error.message, hint: error.details.hint ?? null } })}\n`);
+    else {
+      process.stderr.write(`kiste: ${error.message}\n`);
+      if (error.details.hint) process.stderr.write(`  hint: ${error.details.hint}\n`);
+      if (error.details.requestId) process.stderr.write(`  request id: ${error.details.requestId}\n`);
+    }
+    process.exit(error.details.exitCode ?? 1);
+  }
+  process.stderr.write(`kiste: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});
