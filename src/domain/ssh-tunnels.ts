@@ -102,13 +102,15 @@ export class SshTunnels {
     }
     this.opening.set(accountId, (this.opening.get(accountId) ?? 0) + 1);
     try {
-      await this.instances.refreshAuthorizedKeys(instance);
       let stream: Duplex;
       try {
+        await this.instances.refreshAuthorizedKeys(instance);
         stream = await this.host.agent(instance.id).openTcp(SSH_PORT, undefined, { timeoutMs: 10_000 });
       } catch (error) {
-        if (error instanceof AgentCallError && error.code === 'connect_failed') {
-          throw new KisteError('K04', { message: `Instance ${name}'s SSH server is not accepting connections yet` });
+        // sshd refused, or the guest's agent is not answering (the machine is still starting, or
+        // going away): either way SSH is not reachable now, and a retry may succeed.
+        if (error instanceof AgentCallError) {
+          throw new KisteError('K04', { message: `Instance ${name}'s SSH server is not accepting connections now (${error.message})` });
         }
         throw error;
       }

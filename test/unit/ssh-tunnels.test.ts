@@ -42,6 +42,16 @@ describe('SshTunnels', () => {
     expect(tunnels.count('a')).toBe(0);
   });
 
+  test('an agent that does not answer is 409 K04 too (retryable), and frees the slot', async () => {
+    const tunnels = setup(async () => {
+      throw new AgentCallError('disconnected', 'agent connection lost');
+    });
+    const error = await tunnels.connect('a', 'box').catch((e: unknown) => e);
+    expect((error as KisteError).code).toBe('K04');
+    expect((error as KisteError).message).toMatch(/agent connection lost/);
+    expect(tunnels.count('a')).toBe(0);
+  });
+
   test('openings under way count against the limit; closed ones free it', async () => {
     let release: (() => void) | null = null;
     const gate = new Promise<void>((resolve) => (release = resolve));
