@@ -39,6 +39,6 @@ export function errorFromEnvelope(body: unknown, response: { status: number; hea
 }
 
 export function requireToken(ctx: CliContext): string {
-  if (!ctx.token) throw new CliError('no credential', { hint: 'Set KISTE_TOKEN (or pass --token) to an API key: see "Your first API key" in the README.' });
+  if (!ctx.token) throw new CliError('no credential', { hint: 'Run `kiste login`, or set KISTE_TOKEN (or pass --token) to an API key.' });
   return ctx.token;
 }

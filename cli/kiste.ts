@@ -5,6 +5,7 @@ import { Command } from 'commander';
 import { apiFor, CliError, ok, requireToken } from './api';
 import { resolveContext, type CliContext } from './context';
 import { runExec } from './exec';
+import { runLogin, runLogout } from './login';
 import { runSsh, sshConfigBlock } from './ssh';
 import { runTunnel } from './tunnel';
 import { CLI_VERSION } from './version';
@@ -18,6 +19,25 @@ const program = new Command('kiste')
   .showHelpAfterError();
 
 const context = (): CliContext => resolveContext(program.opts());
+
+program
+  .command('login')
+  .description('sign in with the browser (OAuth); the sign-in is kept in the config file')
+  .option('--no-browser', 'only print the address to open')
+  .action(async (options: { browser: boolean }) => {
+    const ctx = context();
+    const { email } = await runLogin(ctx, options);
+    print(ctx, { signed_in: true, email, url: ctx.url }, `Signed in to ${ctx.url} as ${email}.`);
+  });
+
+program
+  .command('logout')
+  .description('end this sign-in and forget it')
+  .action(async () => {
+    const ctx = context();
+    await runLogout(ctx);
+    print(ctx, { signed_out: true }, 'Signed out.');
+  });
 
 program
   .command('whoami')
