@@ -6,6 +6,7 @@ import { apiFor, CliError, ok, requireToken } from './api';
 import { resolveContext, type CliContext } from './context';
 import { runExec } from './exec';
 import { runLogin, runLogout } from './login';
+import { createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
 import { runSsh, sshConfigBlock } from './ssh';
 import { runTunnel } from './tunnel';
 import { CLI_VERSION } from './version';
@@ -50,6 +51,98 @@ program
   });
 
 program
+  .command('list')
+  .alias('ls')
+  .description('the account\'s machines')
+  .action(async () => show(await listMachines(context())));
+
+program
+  .command('get <name>')
+  .description('one machine')
+  .action(async (name: string) => show(await getMachine(context(), name)));
+
+program
+  .command('create [name]')
+  .description('create a machine and wait until it runs (SSH and commands accepted)')
+  .option('--vcpu <n>', 'virtual CPUs', toInt, 2)
+  .option('--memory <mib>', 'memory in MiB', toInt, 2048)
+  .option('--disk <mib>', 'disk in MiB', toInt, 16384)
+  .option('--ssh-key <file>', 'public key the machine trusts (default: ~/.ssh/id_ed25519.pub, id_ecdsa.pub or id_rsa.pub)')
+  .option('--ttl <seconds>', 'stop and delete it after this long', toInt)
+  .action(async (name: string | undefined, options: CreateOptions) => {
+    const ctx = context();
+    const instance = await createMachine(ctx, name, options);
+    print(ctx, instance, describe(instance));
+  });
+
+for (const action of ['stop', 'resume', 'restart', 'upgrade'] as const) {
+  const command = program.command(`${action} <name>`).description({
+    stop: 'stop a machine (--snapshot: save its memory; resume continues there)',
+    resume: 'start a stopped machine (from its saved memory when it has one)',
+    restart: 'reboot a machine',
+    upgrade: 'move a machine to the newest image (it reboots; files stay)',
+  }[action]);
+  if (action === 'stop') command.option('--snapshot', 'save the memory session');
+  command.action(async (name: string, options: { snapshot?: boolean }) => {
+    const ctx = context();
+    const instance = await lifecycle(ctx, name, action, options);
+    print(ctx, instance, `${instance.name}: ${instance.status}`);
+  });
+}
+
+program
+  .command('rename <name> <new-name>')
+  .description('rename a machine (its host name follows at the next cold boot)')
+  .action(async (name: string, newName: string) => {
+    const ctx = context();
+    const instance = await renameMachine(ctx, name, newName);
+    print(ctx, instance, `${name} is now ${instance.name}`);
+  });
+
+program
+  .command('extend <name> <seconds>')
+  .description('push a machine\'s expiry back')
+  .action(async (name: string, seconds: string) => {
+    const ctx = context();
+    const instance = await extendMachine(ctx, name, toInt(seconds));
+    print(ctx, instance, `${instance.name} expires at ${instance.expires_at ?? 'never'}`);
+  });
+
+program
+  .command('fork <name> <copy>')
+  .description('a copy-on-write copy of a machine, booted fresh')
+  .action(async (name: string, copy: string) => {
+    const ctx = context();
+    const instance = await forkMachine(ctx, name, copy);
+    print(ctx, instance, describe(instance));
+  });
+
+program
+  .command('delete <name>')
+  .alias('rm')
+  .description('delete a machine and its disk')
+  .action(async (name: string) => {
+    const ctx = context();
+    await deleteMachine(ctx, name);
+    print(ctx, { deleted: true, name }, `${name} deleted`);
+  });
+
+program
+  .command('logs <name>')
+  .description('the machine\'s console log (its last lines)')
+  .option('--tail <lines>', 'how many lines', toInt, 200)
+  .action(async (name: string, options: { tail: number }) => {
+    const ctx = context();
+    const logs = await machineLogs(ctx, name, options.tail);
+    print(ctx, { name, logs }, logs.replace(/\n$/, ''));
+  });
+
+program
+  .command('metrics <name>')
+  .description('CPU, memory, disk and uptime of a running machine')
+  .action(async (name: string) => show(await machineMetrics(context(), name)));
+
+program
   .command('exec <name> <command...>')
   .description('run a command in a machine; its output streams here and its exit code is kiste\'s')
   .option('--cwd <dir>', 'working directory in the machine')
@@ -83,6 +176,16 @@ program
   .action(() => {
     process.stdout.write(sshConfigBlock(context()));
   });
+
+function show(result: { json: unknown; text: string }): void {
+  print(context(), result.json, result.text);
+}
+
+function toInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new CliError(`not a whole number: ${value}`);
+  return n;
+}
 
 function print(ctx: CliContext, value: unknown, text: string): void {
   process.stdout.write(ctx.json ? `${JSON.stringify(value, null, 2)}\n` : `${text}\n`);

@@ -1,4 +1,6 @@
-// Remote access on one real machine (minimal image under QEMU). The browser terminal: a PTY shell
+// Remote access on one real machine (minimal image under QEMU), created, driven and deleted with the
+// kiste CLI (create, whoami, exec, ssh, ssh-config, resume, list, get, metrics, logs, stop, delete,
+// error output). The browser terminal: a PTY shell
 // over a WebSocket (typing, resize, reattach with replay, exit, D04, sign-out). SSH over the
 // WebSocket tunnel, with the system's OpenSSH client: the host key from ssh-host-key pinned in known_hosts (StrictHostKeyChecking=yes),
 // a command, scp both ways, a local port forward; refusals before the upgrade (426 P08, 409 L07,
@@ -72,6 +74,17 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
   const ssh = (identity: string, command: string, extra: string[] = []) => run('ssh', [...sshArgs(identity), ...extra, `root@${NAME}.kiste`, command]);
   const newKey = (name: string) => run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]).then(() => join(dir, name));
 
+  /** The kiste CLI as a user runs it, with its own config directory. */
+  const kiste = (args: string[], token = key) => {
+    const configDir = join(dir, 'cli-config');
+    return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(KISTE_CLI[0]!, [...KISTE_CLI.slice(1), ...args], {
+        timeout: 120_000,
+        env: { ...process.env, KISTE_URL: `http://127.0.0.1:${port}`, KISTE_TOKEN: token, KISTE_CONFIG_DIR: configDir },
+      }, (error, stdout, stderr) => resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }));
+    });
+  };
+
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kiste-ssh-'));
     await ensureTestImage();
@@ -86,9 +99,10 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     port = (server.address() as { port: number }).port;
     const identity = await newKey('user');
-    const created = await t.api.post('/v1/instances').set(bearer(key))
-      .send({ profile: 'desktop', name: NAME, vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: readFileSync(`${identity}.pub`, 'utf8').trim() });
-    if (created.status !== 200) throw new Error(`create failed: ${created.status} ${JSON.stringify(created.body)}`);
+    // Created with the CLI (it waits until the machine runs).
+    const created = await kiste(['--json', 'create', NAME, '--vcpu', '1', '--memory', '768', '--disk', '2048', '--ssh-key', `${identity}.pub`]);
+    if (created.code !== 0) throw new Error(`kiste create failed: ${created.code} ${created.stderr}`);
+    expect(JSON.parse(created.stdout)).toMatchObject({ name: NAME, status: 'running', vcpu: 1, memory_mib: 768 });
     const hostKey = await t.api.get(`/v1/instances/${NAME}/ssh-host-key`).set(bearer(key)).expect(200);
     writeFileSync(join(dir, 'known_hosts'), `${hostKey.body.known_hosts_line}\n`);
   });
@@ -138,17 +152,6 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
       forward.kill();
     }
   });
-
-  /** The kiste CLI as a user runs it, with its own config directory. */
-  const kiste = (args: string[], token = key) => {
-    const configDir = join(dir, 'cli-config');
-    return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(KISTE_CLI[0]!, [...KISTE_CLI.slice(1), ...args], {
-        timeout: 120_000,
-        env: { ...process.env, KISTE_URL: `http://127.0.0.1:${port}`, KISTE_TOKEN: token, KISTE_CONFIG_DIR: configDir },
-      }, (error, stdout, stderr) => resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }));
-    });
-  };
 
   test('the kiste CLI: whoami, exec with live output and exit code, ssh with the pinned key', async () => {
     const me = await kiste(['whoami']);
@@ -305,5 +308,21 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     const refused = await openRaw(port, key);
     expect(refused.status).toBe(409);
     expect(refused.body.error).toMatchObject({ code: 'K03' });
+  });
+
+  test('the kiste CLI drives the lifecycle: resume, list, get, metrics, logs, stop --snapshot, delete', async () => {
+    expect(await kiste(['resume', NAME])).toMatchObject({ code: 0, stdout: `${NAME}: running\n` });
+    const list = await kiste(['list']);
+    expect(list.stdout).toMatch(new RegExp(`^NAME +STATUS +VCPU +MEMORY +DISK +EXPIRES +CREATED\n${NAME} +running +1 +768 MiB +2048 MiB +- +`));
+    expect(JSON.parse((await kiste(['--json', 'get', NAME])).stdout)).toMatchObject({ object: 'instance', name: NAME, status: 'running' });
+    expect((await kiste(['metrics', NAME])).stdout).toMatch(/^cpu .*\nmemory +\d+ of \d+ MiB\ndisk +\d+ of \d+ MiB\nuptime +\d+ s\n$/);
+    expect((await kiste(['logs', NAME, '--tail', '50'])).stdout).toMatch(/\S/);
+    expect(await kiste(['stop', NAME, '--snapshot'])).toMatchObject({ code: 0, stdout: `${NAME}: stopped\n` });
+    expect((await t.services.database.prisma.instance.findFirstOrThrow({ where: { accountId, name: NAME } })).sessionSaved).toBe(true);
+    expect(await kiste(['delete', NAME])).toMatchObject({ code: 0, stdout: `${NAME} deleted\n` });
+    await t.api.get(`/v1/instances/${NAME}`).set(bearer(key)).expect(404);
+    const gone = await kiste(['get', NAME]);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toMatch(/\(code: K01\)/);
   });
 });

@@ -1,0 +1,142 @@
+// Machine commands: list, get, create, stop, resume, restart, upgrade, rename, extend, fork, delete,
+// logs, metrics. A lifecycle call the service finishes in the background (202) is followed until the
+// machine settles, with a spinner on a terminal.
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import type { components } from '../src/generated/api';
+import { apiFor, CliError, ok, requireToken } from './api';
+import type { CliContext } from './context';
+import { withSpinner } from './progress';
+
+type Instance = components['schemas']['InstanceResponse'];
+const SETTLED = new Set(['running', 'stopped', 'error']);
+const POLL_MS = 1000;
+
+export async function listMachines(ctx: CliContext): Promise<{ json: unknown; text: string }> {
+  requireToken(ctx);
+  const list = ok(await apiFor(ctx).GET('/v1/instances'));
+  const rows = list.data.map((i) => [i.name, i.status, String(i.vcpu), `${i.memory_mib} MiB`, `${i.disk_mib} MiB`, i.expires_at ?? '-', i.created_at]);
+  return { json: list, text: table(['NAME', 'STATUS', 'VCPU', 'MEMORY', 'DISK', 'EXPIRES', 'CREATED'], rows) };
+}
+
+export async function getMachine(ctx: CliContext, name: string): Promise<{ json: unknown; text: string }> {
+  requireToken(ctx);
+  const instance = ok(await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } }));
+  return { json: instance, text: describe(instance) };
+}
+
+export interface CreateOptions {
+  vcpu: number;
+  memory: number;
+  disk: number;
+  sshKey?: string;
+  ttl?: number;
+}
+
+export async function createMachine(ctx: CliContext, name: string | undefined, options: CreateOptions): Promise<Instance> {
+  requireToken(ctx);
+  const keyFile = options.sshKey ?? defaultPublicKey();
+  if (!keyFile || !existsSync(keyFile)) {
+    throw new CliError('no SSH public key to give the machine', { hint: 'Pass --ssh-key FILE (e.g. ~/.ssh/id_ed25519.pub), or make one with ssh-keygen.' });
+  }
+  const body = {
+    profile: 'desktop' as const, vcpu: options.vcpu, memory_mib: options.memory, disk_mib: options.disk,
+    ssh_public_key: readFileSync(keyFile, 'utf8').trim(), ...(name ? { name } : {}), ...(options.ttl ? { ttl_seconds: options.ttl } : {}),
+  };
+  return withSpinner(`creating ${name ?? 'a machine'}: booting until SSH and commands are accepted`, !ctx.json, async () =>
+    ok(await apiFor(ctx).POST('/v1/instances', { body })),
+  );
+}
+
+type Lifecycle = 'stop' | 'resume' | 'restart' | 'upgrade';
+
+export async function lifecycle(ctx: CliContext, name: string, action: Lifecycle, options: { snapshot?: boolean } = {}): Promise<Instance> {
+  requireToken(ctx);
+  const api = apiFor(ctx);
+  const path = { params: { path: { name } } };
+  return withSpinner(`${action} ${name}`, !ctx.json, async () => {
+    const answer =
+      action === 'stop' ? await api.POST('/v1/instances/{name}/stop', { ...path, body: options.snapshot ? { snapshot: true } : {} })
+      : action === 'resume' ? await api.POST('/v1/instances/{name}/resume', path)
+      : action === 'restart' ? await api.POST('/v1/instances/{name}/restart', path)
+      : await api.POST('/v1/instances/{name}/upgrade', path);
+    const instance = ok(answer) as Instance;
+    return answer.response.status === 202 ? settle(ctx, name) : instance;
+  });
+}
+
+export async function renameMachine(ctx: CliContext, name: string, newName: string): Promise<Instance> {
+  requireToken(ctx);
+  return ok(await apiFor(ctx).POST('/v1/instances/{name}/rename', { params: { path: { name } }, body: { name: newName } })) as Instance;
+}
+
+export async function extendMachine(ctx: CliContext, name: string, seconds: number): Promise<Instance> {
+  requireToken(ctx);
+  return ok(await apiFor(ctx).POST('/v1/instances/{name}/extend', { params: { path: { name } }, body: { ttl_seconds: seconds } })) as Instance;
+}
+
+export async function forkMachine(ctx: CliContext, name: string, copy: string): Promise<Instance> {
+  requireToken(ctx);
+  return withSpinner(`forking ${name} into ${copy}`, !ctx.json, async () =>
+    ok(await apiFor(ctx).POST('/v1/instances/{name}/fork', { params: { path: { name } }, body: { name: copy } })) as Instance,
+  );
+}
+
+export async function deleteMachine(ctx: CliContext, name: string): Promise<void> {
+  requireToken(ctx);
+  await withSpinner(`deleting ${name}`, !ctx.json, async () => {
+    ok(await apiFor(ctx).DELETE('/v1/instances/{name}', { params: { path: { name } } }));
+    // Deletion may finish in the background: done once the name is gone.
+    for (;;) {
+      const { response } = await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } });
+      if (response.status === 404) return;
+      await sleep(POLL_MS);
+    }
+  });
+}
+
+export async function machineLogs(ctx: CliContext, name: string, tail: number): Promise<string> {
+  requireToken(ctx);
+  return ok(await apiFor(ctx).GET('/v1/instances/{name}/logs', { params: { path: { name }, query: { tail } } })).logs;
+}
+
+export async function machineMetrics(ctx: CliContext, name: string): Promise<{ json: unknown; text: string }> {
+  requireToken(ctx);
+  const m = ok(await apiFor(ctx).GET('/v1/instances/{name}/metrics', { params: { path: { name } } }));
+  const lines = [
+    `cpu     ${m.cpu.percent === null ? '-' : `${m.cpu.percent.toFixed(1)} %`} of ${m.cpu.cores} cores (load ${m.cpu.load_1.toFixed(2)})`,
+    `memory  ${m.memory.used_mib} of ${m.memory.total_mib} MiB`,
+    `disk    ${m.disk.used_mib} of ${m.disk.total_mib} MiB`,
+    `uptime  ${m.uptime_seconds} s`,
+  ];
+  return { json: m, text: lines.join('\n') };
+}
+
+/** Follows a 202 answer: the machine is settled once its status is running, stopped or error. */
+async function settle(ctx: CliContext, name: string): Promise<Instance> {
+  for (;;) {
+    const instance = ok(await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } }));
+    if (SETTLED.has(instance.status)) return instance;
+    await sleep(POLL_MS);
+  }
+}
+
+export function describe(i: Instance): string {
+  const fields: [string, unknown][] = [
+    ['name', i.name], ['status', i.status], ['id', i.id], ['vcpu', i.vcpu], ['memory', `${i.memory_mib} MiB`], ['disk', `${i.disk_mib} MiB`],
+    ['image', `${i.image}${i.image_version ? ` (${i.image_version})` : ''}`], ['expires', i.expires_at ?? '-'], ['created', i.created_at],
+  ];
+  return fields.map(([k, v]) => `${k.padEnd(8)}${String(v)}`).join('\n');
+}
+
+export function table(head: string[], rows: string[][]): string {
+  const widths = head.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] ?? '').length)));
+  return [head, ...rows].map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join('  ')).join('\n');
+}
+
+function defaultPublicKey(): string | undefined {
+  return ['id_ed25519.pub', 'id_ecdsa.pub', 'id_rsa.pub'].map((f) => join(homedir(), '.ssh', f)).find((f) => existsSync(f));
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
