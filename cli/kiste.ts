@@ -2,6 +2,7 @@
 // Exit status: the command's own (exec, ssh), 0 on success, 1 on an error the service reported
 // (message, hint and request id on stderr), 255 when the SSH tunnel could not be opened.
 import { Command } from 'commander';
+import { addDeviceKey, createApiKey, deleteDeviceKey, listApiKeys, listDeviceKeys, revokeApiKey, watchEvents } from './account';
 import { apiFor, CliError, ok, requireToken } from './api';
 import { resolveContext, type CliContext } from './context';
 import { runExec } from './exec';
@@ -175,6 +176,40 @@ program
   .description('a block for ~/.ssh/config that makes `ssh NAME.kiste` work')
   .action(() => {
     process.stdout.write(sshConfigBlock(context()));
+  });
+
+const keys = program.command('keys').description('API keys for scripts');
+keys.command('list').description('the account\'s API keys (no secrets)').action(async () => show(await listApiKeys(context())));
+keys
+  .command('create <label>')
+  .description('a new API key; its value is printed once, alone on stdout')
+  .option('--days <n>', 'lifetime in days (1 to 365)', toInt, 30)
+  .action(async (label: string, options: { days: number }) => show(await createApiKey(context(), label, options.days)));
+keys.command('revoke <id>').description('end an API key').action(async (id: string) => {
+  const ctx = context();
+  await revokeApiKey(ctx, id);
+  print(ctx, { revoked: true, id }, `revoked ${id}`);
+});
+
+const deviceKeys = program.command('device-keys').description('SSH public keys every machine of the account trusts');
+deviceKeys.command('list').description('the account\'s device keys').action(async () => show(await listDeviceKeys(context())));
+deviceKeys
+  .command('add <name> <public-key-file>')
+  .description('trust a key (machines take it at their next start or SSH tunnel)')
+  .action(async (name: string, file: string) => show(await addDeviceKey(context(), name, file)));
+deviceKeys.command('delete <id>').description('stop trusting a key').action(async (id: string) => {
+  const ctx = context();
+  await deleteDeviceKey(ctx, id);
+  print(ctx, { deleted: true, id }, `deleted ${id}`);
+});
+
+program
+  .command('events')
+  .description('the account\'s event stream, oldest first')
+  .option('--after <sequence>', 'only events after this sequence', toInt, 0)
+  .option('-f, --follow', 'keep waiting for new events')
+  .action(async (options: { after: number; follow?: boolean }) => {
+    await watchEvents(context(), { after: options.after, follow: Boolean(options.follow) }, (line) => process.stdout.write(`${line}\n`));
   });
 
 function show(result: { json: unknown; text: string }): void {
