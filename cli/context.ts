@@ -44,7 +44,8 @@ export function writeConfig(config: ConfigFile, dir = configDir()): void {
 export function resolveContext(options: { url?: string; token?: string; json?: boolean }): CliContext {
   const dir = configDir();
   const file = readConfig(dir);
-  const url = (options.url ?? process.env.KISTE_URL ?? file.url ?? DEFAULT_URL).replace(/\/+$/, '');
+  // KISTE_DEFAULT_URL: set by the installed `kiste` wrapper to the service it was installed from.
+  const url = (options.url ?? process.env.KISTE_URL ?? file.url ?? process.env.KISTE_DEFAULT_URL ?? DEFAULT_URL).replace(/\/+$/, '');
   const token = options.token ?? process.env.KISTE_TOKEN ?? file.token ?? null;
   return { url, token, configDir: dir, json: Boolean(options.json) };
 }

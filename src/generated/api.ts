@@ -54,6 +54,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/downloads/kiste.js": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The kiste CLI
+         * @description The command-line client as one JavaScript file for Node.js 18 or newer; /install.sh and /install.ps1 download it from here.
+         */
+        get: operations["GetCliBundle"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -81,7 +101,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** PowerShell installer */
+        /**
+         * PowerShell installer
+         * @description Installs the kiste CLI on Windows: `irm <base>/install.ps1 | iex`. Needs Node.js 18 or newer; installs into $env:KISTE_PREFIX (default %LOCALAPPDATA%\kiste): kiste.js and kiste.cmd, which defaults to this service.
+         */
         get: operations["GetInstallPowerShell"];
         put?: never;
         post?: never;
@@ -98,7 +121,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Shell installer */
+        /**
+         * Shell installer
+         * @description Installs the kiste CLI for this service: `curl -fsSL <base>/install.sh | sh`. Needs Node.js 18 or newer; installs into $KISTE_PREFIX (default ~/.local): lib/kiste/kiste.js and bin/kiste, which defaults to this service.
+         */
         get: operations["GetInstallScript"];
         put?: never;
         post?: never;
@@ -3279,6 +3305,31 @@ export interface operations {
                 };
                 content: {
                     "text/html": string;
+                };
+            };
+            400: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetCliBundle: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/javascript": string;
                 };
             };
             400: components["responses"]["Error"];

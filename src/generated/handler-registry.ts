@@ -25,9 +25,12 @@ import { handler as ForkInstance } from '../../handlers/ForkInstance';
 import { handler as GetAccountDeletion } from '../../handlers/GetAccountDeletion';
 import { handler as GetAlertPreferences } from '../../handlers/GetAlertPreferences';
 import { handler as GetApiToken } from '../../handlers/GetApiToken';
+import { handler as GetCliBundle } from '../../handlers/GetCliBundle';
 import { handler as GetCommand } from '../../handlers/GetCommand';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
 import { handler as GetErrorDoc } from '../../handlers/GetErrorDoc';
+import { handler as GetInstallPowerShell } from '../../handlers/GetInstallPowerShell';
+import { handler as GetInstallScript } from '../../handlers/GetInstallScript';
 import { handler as GetInstance } from '../../handlers/GetInstance';
 import { handler as GetInstanceLogs } from '../../handlers/GetInstanceLogs';
 import { handler as GetInstanceMetrics } from '../../handlers/GetInstanceMetrics';
@@ -90,9 +93,12 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetAccountDeletion,
   GetAlertPreferences,
   GetApiToken,
+  GetCliBundle,
   GetCommand,
   GetConsoleSession,
   GetErrorDoc,
+  GetInstallPowerShell,
+  GetInstallScript,
   GetInstance,
   GetInstanceLogs,
   GetInstanceMetrics,
