@@ -6,6 +6,7 @@ import { addDeviceKey, createApiKey, deleteDeviceKey, listApiKeys, listDeviceKey
 import { apiFor, CliError, ok, requireToken } from './api';
 import { resolveContext, type CliContext } from './context';
 import { runExec } from './exec';
+import { FOLLOW_WINDOW_LINES, lastLines, newLogText } from './log-follow';
 import { runLogin, runLogout } from './login';
 import { createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
 import { runSsh, sshConfigBlock } from './ssh';
@@ -132,10 +133,22 @@ program
   .command('logs <name>')
   .description('the machine\'s console log (its last lines)')
   .option('--tail <lines>', 'how many lines', toInt, 200)
-  .action(async (name: string, options: { tail: number }) => {
+  .option('-f, --follow', 'keep printing new lines (Ctrl-C ends)')
+  .action(async (name: string, options: { tail: number; follow?: boolean }) => {
     const ctx = context();
-    const logs = await machineLogs(ctx, name, options.tail);
-    print(ctx, { name, logs }, logs.replace(/\n$/, ''));
+    if (!options.follow) {
+      const logs = await machineLogs(ctx, name, options.tail);
+      return print(ctx, { name, logs }, logs.replace(/\n$/, ''));
+    }
+    // Every poll asks for the same (largest) window, so consecutive answers overlap line for line.
+    let shown = await machineLogs(ctx, name, FOLLOW_WINDOW_LINES);
+    process.stdout.write(lastLines(shown, options.tail));
+    for (;;) {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const current = await machineLogs(ctx, name, FOLLOW_WINDOW_LINES);
+      process.stdout.write(newLogText(shown, current));
+      shown = current;
+    }
   });
 
 program
