@@ -1,14 +1,13 @@
 // The kiste CLI's account commands against a listening service: API keys (create prints the value
 // alone, list, revoke), device keys (add, list, delete), the event stream (list, --follow sees a new
 // event as it happens), and a refusal shown with the service's message, hint and request id.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createServer, Server } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bearer, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
-
-const CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../../cli/kiste.ts')];
+import { cliEnv, runKiste, spawnKiste } from '../support/kiste-cli';
 
 describe('kiste keys, device-keys, events', () => {
   let t: TestService;
@@ -16,16 +15,8 @@ describe('kiste keys, device-keys, events', () => {
   let url: string;
   let dir: string;
   let key: string;
-  const env = () => ({
-    ...Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_'))),
-    KISTE_CONFIG_DIR: join(dir, 'config'), KISTE_URL: url, KISTE_TOKEN: key,
-  });
-  const kiste = (args: string[]) =>
-    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(CLI[0]!, [...CLI.slice(1), ...args], { env: env(), timeout: 60_000 }, (error, stdout, stderr) =>
-        resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }),
-      );
-    });
+  const env = () => cliEnv({ KISTE_CONFIG_DIR: join(dir, 'config'), KISTE_URL: url, KISTE_TOKEN: key });
+  const kiste = (args: string[]) => runKiste(args, env());
 
   beforeAll(async () => {
     t = await startTestService();
@@ -79,7 +70,7 @@ describe('kiste keys, device-keys, events', () => {
     expect(all.stdout).toMatch(/device_key\.deleted/);
     const last = Math.max(...all.stdout.trim().split('\n').map((line) => Number(line.split(' ')[0])));
 
-    const follower = spawn(CLI[0]!, [...CLI.slice(1), '--json', 'events', '--follow', '--after', String(last)], { env: env() });
+    const follower = spawnKiste(['--json', 'events', '--follow', '--after', String(last)], env());
     let out = '';
     follower.stdout.on('data', (c) => (out += c));
     try {

@@ -1,27 +1,21 @@
 // /install.sh into a temporary prefix, then the installed `kiste` (the bundle from /downloads/kiste.js
 // and a launcher that defaults to this service) answers --version and whoami. /install.ps1 is served
 // for this service too (no PowerShell on these machines to run it: its text is checked).
-import { execFile } from 'node:child_process';
 import { createServer, Server } from 'node:http';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { apiKeyFor, createAccount, startTestService, TestService } from '../support/harness';
+import { cliEnv, runProgram } from '../support/kiste-cli';
 import { freePort } from '../support/service-process';
-
-const run = (file: string, args: string[], env: NodeJS.ProcessEnv) =>
-  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-    execFile(file, args, { env, timeout: 120_000 }, (error, stdout, stderr) =>
-      resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }),
-    );
-  });
 
 describe('CLI installers', () => {
   let t: TestService;
   let server: Server;
   let url: string;
   let dir: string;
-  const cleanEnv = () => Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
+  const cleanEnv = () => cliEnv();
+  const run = runProgram;
 
   beforeAll(async () => {
     const port = await freePort();

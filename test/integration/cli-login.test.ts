@@ -2,30 +2,20 @@
 // waits on its loopback port; a signed-in console session approves (as the console page does); the
 // CLI exchanges the code, keeps the token 0600 and uses it (`whoami`); a stray callback with another
 // state changes nothing; `kiste logout` revokes the sign-in and forgets it.
-import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { createServer, Server } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bearer, browserFor, createAccount, startTestService, TestService } from '../support/harness';
-
-const CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../../cli/kiste.ts')];
+import { cliEnv, runKiste, spawnKiste } from '../support/kiste-cli';
 
 describe('kiste login / logout', () => {
   let t: TestService;
   let server: Server;
   let url: string;
   let configDir: string;
-  const env = () => {
-    const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
-    return { ...base, KISTE_CONFIG_DIR: configDir };
-  };
-  const kiste = (args: string[]) =>
-    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(CLI[0]!, [...CLI.slice(1), '--url', url, ...args], { env: env(), timeout: 60_000 }, (error, stdout, stderr) =>
-        resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }),
-      );
-    });
+  const env = () => cliEnv({ KISTE_CONFIG_DIR: configDir });
+  const kiste = (args: string[]) => runKiste(['--url', url, ...args], env());
 
   beforeAll(async () => {
     t = await startTestService();
@@ -42,7 +32,7 @@ describe('kiste login / logout', () => {
 
   test('signs in through the browser approval, keeps the token 0600, signs out', async () => {
     const account = await createAccount(t);
-    const child: ChildProcess = spawn(CLI[0]!, [...CLI.slice(1), '--url', url, 'login', '--no-browser'], { env: env() });
+    const child = spawnKiste(['--url', url, 'login', '--no-browser'], env());
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (c) => (stdout += c));

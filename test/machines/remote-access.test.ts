@@ -16,22 +16,15 @@ import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 import { serveWebSockets } from '../../src/http/websocket';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { cliEnv, KISTE_CLI, runKiste, runProgram } from '../support/kiste-cli';
 import { apiKeyFor, bearer, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
 
 const NAME = 'tunnelled';
-const KISTE_CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../../cli/kiste.ts')];
 const IDLE_MS = 4000;
 
-function run(file: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(file, args, { timeout: 120_000, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
-      resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-    if (input !== undefined) child.stdin?.end(input);
-  });
-}
+const run = (file: string, args: string[]) => runProgram(file, args, process.env);
 
 /** A raw tunnel (no SSH client): resolves once open, or with the HTTP refusal. */
 function openRaw(port: number, token: string): Promise<{ ws?: WebSocket; status?: number; body?: any; closed?: Promise<{ code: number; reason: string }> }> {
@@ -75,15 +68,8 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
   const newKey = (name: string) => run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]).then(() => join(dir, name));
 
   /** The kiste CLI as a user runs it, with its own config directory. */
-  const kiste = (args: string[], token = key) => {
-    const configDir = join(dir, 'cli-config');
-    return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(KISTE_CLI[0]!, [...KISTE_CLI.slice(1), ...args], {
-        timeout: 120_000,
-        env: { ...process.env, KISTE_URL: `http://127.0.0.1:${port}`, KISTE_TOKEN: token, KISTE_CONFIG_DIR: configDir },
-      }, (error, stdout, stderr) => resolve({ code: error ? ((error as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }));
-    });
-  };
+  const kiste = (args: string[], token = key) =>
+    runKiste(args, cliEnv({ KISTE_URL: `http://127.0.0.1:${port}`, KISTE_TOKEN: token, KISTE_CONFIG_DIR: join(dir, 'cli-config') }));
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kiste-ssh-'));
