@@ -115,25 +115,30 @@ export class TerminalSession {
     this.deps.onEnded(this);
   }
 
+  /** Starts the shell once: a client that takes over while it starts waits for the same start. */
   private async startShell(): Promise<void> {
-    this.starting ??= this.deps.host.agent(this.instanceId).exec({
-      // -q quiet, -f flush at once, -e the shell's exit status; the log file is /dev/null.
-      argv: ['script', '-qfec', `stty rows ${this.rows} cols ${this.cols}; exec bash -l`, '/dev/null'],
-      cwd: null,
-      env: { TERM: 'xterm-256color', LANG: 'C.UTF-8' },
-      timeout_ms: 0,
-      stdin: true,
-    });
-    let shell: ExecHandle;
+    this.starting ??= this.deps.host
+      .agent(this.instanceId)
+      .exec({
+        // -q quiet, -f flush at once, -e the shell's exit status; the log file is /dev/null.
+        argv: ['script', '-qfec', `stty rows ${this.rows} cols ${this.cols}; exec bash -l`, '/dev/null'],
+        cwd: null,
+        env: { TERM: 'xterm-256color', LANG: 'C.UTF-8' },
+        timeout_ms: 0,
+        stdin: true,
+      })
+      .then((shell) => {
+        this.shell = shell;
+        for (const data of this.typedEarly.splice(0)) shell.stdin?.write(data);
+        void this.pump(shell);
+        return shell;
+      });
     try {
-      shell = await this.starting;
+      await this.starting;
     } catch (error) {
       this.end(`the shell could not start: ${error instanceof Error ? error.message : String(error)}`);
       throw new KisteError('K03', { message: `Instance ${this.instanceName} cannot start a shell now` });
     }
-    this.shell = shell;
-    for (const data of this.typedEarly.splice(0)) shell.stdin?.write(data);
-    void this.pump(shell);
   }
 
   private async pump(shell: ExecHandle): Promise<void> {
