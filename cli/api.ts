@@ -30,12 +30,12 @@ export function ok<T>(result: { data?: T; error?: unknown; response: Response })
   throw errorFromEnvelope(result.error, result.response);
 }
 
-export function errorFromEnvelope(body: unknown, response: { status: number; headers: { get(name: string): string | null } }): CliError {
+export function errorFromEnvelope(body: unknown, response: { status: number; headers: { get(name: string): string | null } }, exitCode?: number): CliError {
   const error = (body as Envelope | undefined)?.error;
   if (error?.message) {
-    return new CliError(error.message, { hint: error.hint, requestId: error.request_id ?? response.headers.get('x-request-id'), envelope: body });
+    return new CliError(error.message, { hint: error.hint, requestId: error.request_id ?? response.headers.get('x-request-id'), envelope: body, exitCode });
   }
-  return new CliError(`the service answered HTTP ${response.status}`, { requestId: response.headers.get('x-request-id'), envelope: body });
+  return new CliError(`the service answered HTTP ${response.status}`, { requestId: response.headers.get('x-request-id'), envelope: body, exitCode });
 }
 
 export function requireToken(ctx: CliContext): string {

@@ -8,6 +8,7 @@ import type { components } from '../src/generated/api';
 import { apiFor, CliError, ok, requireToken } from './api';
 import type { CliContext } from './context';
 import { withSpinner } from './progress';
+import { pollUntil } from '../src/compute/qemu/wait';
 
 type Instance = components['schemas']['InstanceResponse'];
 const SETTLED = new Set(['running', 'stopped', 'error']);
@@ -88,11 +89,7 @@ export async function deleteMachine(ctx: CliContext, name: string): Promise<void
   await withSpinner(`deleting ${name}`, !ctx.json, async () => {
     ok(await apiFor(ctx).DELETE('/v1/instances/{name}', { params: { path: { name } } }));
     // Deletion may finish in the background: done once the name is gone.
-    for (;;) {
-      const { response } = await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } });
-      if (response.status === 404) return;
-      await sleep(POLL_MS);
-    }
+    await pollForever(async () => ((await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } })).response.status === 404 ? true : undefined));
   });
 }
 
@@ -114,12 +111,16 @@ export async function machineMetrics(ctx: CliContext, name: string): Promise<{ j
 }
 
 /** Follows a 202 answer: the machine is settled once its status is running, stopped or error. */
-async function settle(ctx: CliContext, name: string): Promise<Instance> {
-  for (;;) {
+function settle(ctx: CliContext, name: string): Promise<Instance> {
+  return pollForever(async () => {
     const instance = ok(await apiFor(ctx).GET('/v1/instances/{name}', { params: { path: { name } } }));
-    if (SETTLED.has(instance.status)) return instance;
-    await sleep(POLL_MS);
-  }
+    return SETTLED.has(instance.status) ? instance : undefined;
+  });
+}
+
+/** Asks again every POLL_MS, as long as it takes (the user can interrupt), until `probe` answers something. */
+async function pollForever<T>(probe: () => Promise<T | undefined>): Promise<T> {
+  return (await pollUntil(probe, Number.POSITIVE_INFINITY, POLL_MS)) as T;
 }
 
 export function describe(i: Instance): string {
@@ -138,5 +139,3 @@ export function table(head: string[], rows: string[][]): string {
 function defaultPublicKey(): string | undefined {
   return ['id_ed25519.pub', 'id_ecdsa.pub', 'id_rsa.pub'].map((f) => join(homedir(), '.ssh', f)).find((f) => existsSync(f));
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -4,6 +4,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { shellWord } from '../src/shell-quote';
 import { apiFor, ok, requireToken } from './api';
 import type { CliContext } from './context';
 
@@ -13,11 +14,7 @@ export function knownHostsFile(ctx: CliContext): string {
 
 /** How to run this CLI again (ProxyCommand), the same way it runs now (also from source with tsx). */
 export function selfCommand(): string {
-  return [process.execPath, ...process.execArgv, process.argv[1]!].map(shellQuote).join(' ');
-}
-
-function shellQuote(word: string): string {
-  return /^[A-Za-z0-9_\/.=:@%+-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+  return [process.execPath, ...process.execArgv, process.argv[1]!].map(shellWord).join(' ');
 }
 
 /** Puts the instance's current host key into the CLI's known_hosts (replacing an older line for it). */

@@ -1,7 +1,7 @@
 // `kiste tunnel HOST`: OpenSSH's ProxyCommand. Copies stdin/stdout to the instance's SSH tunnel
 // WebSocket (binary frames), each side paused while the other is full.
 import WebSocket from 'ws';
-import { CliError, requireToken } from './api';
+import { CliError, errorFromEnvelope, requireToken } from './api';
 import type { CliContext } from './context';
 
 /** `web-one.kiste` or `web-one` → `web-one`. */
@@ -23,13 +23,14 @@ export function runTunnel(ctx: CliContext, host: string, input: NodeJS.ReadableS
       let body = '';
       res.on('data', (chunk) => (body += chunk));
       res.on('end', () => {
-        let parsed: { error?: { message?: string; hint?: string; request_id?: string } } = {};
+        let parsed: unknown = null;
         try {
           parsed = JSON.parse(body);
         } catch {
-          // not the envelope
+          // not the envelope: the status is all there is to say
         }
-        reject(new CliError(parsed.error?.message ?? `the tunnel was refused (HTTP ${res.statusCode})`, { hint: parsed.error?.hint, requestId: parsed.error?.request_id, exitCode: 255 }));
+        const headers = { get: (name: string) => (res.headers[name] as string | undefined) ?? null };
+        reject(errorFromEnvelope(parsed, { status: res.statusCode ?? 0, headers }, 255));
       });
     });
     ws.on('open', () => {

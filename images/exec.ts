@@ -100,7 +100,5 @@ export function abortError(): Error {
   return err;
 }
 
-/** Quotes a value for a POSIX shell (hooks handed to mmdebstrap are shell command lines). */
-export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
-}
+// Hooks handed to mmdebstrap are shell command lines.
+export { shellQuote } from '../src/shell-quote';

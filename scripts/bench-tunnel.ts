@@ -21,6 +21,7 @@ import pino from 'pino';
 import { buildAgent } from '../agent/build';
 import { buildImage } from '../images';
 import { listQemuProcesses, probeAccelerator } from '../src/compute/qemu';
+import { pollUntil } from '../src/compute/qemu/wait';
 import { loadConfig } from '../src/config';
 import { openDatabase, type Database } from '../src/db/database';
 import { createApp } from '../src/http/app';
@@ -88,15 +89,12 @@ async function main(): Promise<void> {
     const serve = `require('net').createServer((s) => require('fs').createReadStream('/root/big.bin').pipe(s)).listen(${GUEST_PORT}, '127.0.0.1')`;
     await agent.run({ argv: ['sh', '-c', `nohup node -e "${serve}" >/dev/null 2>&1 &`] });
     // Node starts slowly on an emulated CPU: wait until the port takes connections.
-    for (let waited = 0; ; waited += 250) {
+    const listening = await pollUntil(async () => {
       const probe = await agent.openTcp(GUEST_PORT).catch(() => null);
-      if (probe) {
-        probe.destroy();
-        break;
-      }
-      if (waited > 60_000) throw new Error(`guest: nothing listens on port ${GUEST_PORT} after 60 s`);
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
+      probe?.destroy();
+      return probe ? true : undefined;
+    }, 60_000, 250);
+    if (!listening) throw new Error(`guest: nothing listens on port ${GUEST_PORT} after 60 s`);
 
     const direct: number[] = [];
     const tunnel: number[] = [];

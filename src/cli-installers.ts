@@ -1,10 +1,11 @@
 // The installer scripts /install.sh and /install.ps1 serve: they install the CLI bundle
 // (/downloads/kiste.js) and a `kiste` launcher that defaults to this service. Node.js does the
 // download itself (it is needed to run the CLI anyway), so no curl or wget is assumed.
+import { shellQuote } from './shell-quote';
 
 /** POSIX sh. KISTE_PREFIX (default ~/.local) receives lib/kiste/kiste.js and bin/kiste. */
 export function installShellScript(baseUrl: string): string {
-  const base = shellSingleQuoted(baseUrl);
+  const base = shellQuote(baseUrl);
   return `#!/bin/sh
 # kiste CLI installer for ${baseUrl}
 #   curl -fsSL ${baseUrl}/install.sh | sh        (KISTE_PREFIX=DIR to install elsewhere than ~/.local)
@@ -68,8 +69,4 @@ Write-Host "kiste: installed $(& (Join-Path $Prefix 'kiste.cmd') --version) as $
 if (-not (($env:PATH -split ';') -contains $Prefix)) { Write-Host "kiste: add $Prefix to PATH to run it as kiste" }
 Write-Host 'kiste: next, sign in with: kiste login'
 `;
-}
-
-function shellSingleQuoted(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
 }

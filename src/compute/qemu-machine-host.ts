@@ -321,10 +321,10 @@ export class QemuMachineHost implements MachineHost {
   }
 
   /**
-   * Host name, authorized keys and (once per disk) host keys and machine id. A resumed session (or a
-   * running machine) that was personalised with the same identity already has all of it, and was ready when it was saved
-   * (sshd's listening socket is part of the restored state): nothing to wait for but the agent,
-   * which the caller has. Probing SSH again cost ~0.2–0.5 s of a resume under TCG.
+   * Host name, authorized keys and (once per disk) host keys and machine id. With unlessUnchanged, a
+   * machine personalised with the same identity is left as it is: a resumed session has all of it
+   * and was ready when saved (sshd's listening socket is restored state), so nothing is awaited but
+   * the agent, which the caller has. Probing SSH again cost ~0.2–0.5 s of a resume under TCG.
    */
   private async personalise(id: string, identity: GuestIdentity, options: { unlessUnchanged?: boolean } = {}): Promise<StartedMachine> {
     const agent = this.agent(id);

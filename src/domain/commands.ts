@@ -84,7 +84,7 @@ export class Commands {
         return created;
       });
     } catch (error) {
-      void startEarly?.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
+      if (startEarly) cancelOnceStarted(startEarly);
       throw error;
     }
     return this.stream(record, name, clientGone, () => startEarly ?? this.startInAgent(record.instanceId, input));
@@ -173,7 +173,7 @@ export class Commands {
       this.cancels.delete(id);
       if (!settled) {
         // The stream was closed before the command ended (the client left at once): stop it, close the record.
-        void starting.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
+        cancelOnceStarted(starting);
         await this.finish(record, { status: 'failed', errorMessage: 'the client went away before the command finished' }, name).catch(() => undefined);
       }
     }
@@ -187,6 +187,11 @@ export class Commands {
       });
     });
   }
+}
+
+/** Cancels a command whose start may still be under way (nothing to do if it failed to start). */
+function cancelOnceStarted(starting: Promise<ExecHandle>): void {
+  void starting.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
 }
 
 function hashRequest(input: ExecInput): string {

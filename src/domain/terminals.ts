@@ -9,7 +9,7 @@ import type { ExecHandle } from '../compute/agent-client';
 import type { MachineHost } from '../compute/machine-host';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
-import { newId, newToken, safeEqual, sha256Hex } from './secrets';
+import { newId, newToken, sha256Hex } from './secrets';
 
 export const TERMINAL_TOKEN_PREFIX = 'kiste_term_';
 
@@ -44,7 +44,7 @@ export class TerminalSession {
   private recent: Buffer[] = [];
   private typedEarly: Buffer[] = [];
   private recentBytes = 0;
-  private detachTimer: NodeJS.Timeout | null = null;
+  private clientTimer: NodeJS.Timeout | null = null;
   ended = false;
 
   constructor(
@@ -57,14 +57,13 @@ export class TerminalSession {
   ) {
     this.cols = size.cols;
     this.rows = size.rows;
-    this.expiresAt = new Date(deps.clock.now().getTime() + deps.settings.connectWithinMs);
-    this.armExpiry(deps.settings.connectWithinMs);
+    this.expiresAt = this.waitForClient(deps.settings.connectWithinMs);
   }
 
   /** Connects a client (a second one takes over): recent output first, then live output. */
   async attach(peer: TerminalPeer): Promise<void> {
     if (this.ended) throw new KisteError('D04', { message: 'This terminal session has ended' });
-    this.disarmExpiry();
+    this.stopWaiting();
     const previous = this.peer;
     this.peer = peer;
     previous?.end(null, 'another client took over this terminal');
@@ -76,8 +75,7 @@ export class TerminalSession {
   detach(peer: TerminalPeer): void {
     if (this.peer !== peer || this.ended) return;
     this.peer = null;
-    this.expiresAt = new Date(this.deps.clock.now().getTime() + this.deps.settings.reattachWithinMs);
-    this.armExpiry(this.deps.settings.reattachWithinMs);
+    this.expiresAt = this.waitForClient(this.deps.settings.reattachWithinMs);
   }
 
   /** Keys from the client; `taken` runs once the guest accepted them (the transport waits for it: a paste cannot pile up here). */
@@ -108,7 +106,7 @@ export class TerminalSession {
   end(reason: string, exitCode: number | null = null): void {
     if (this.ended) return;
     this.ended = true;
-    this.disarmExpiry();
+    this.stopWaiting();
     void this.shell?.cancel(500).catch(() => undefined);
     this.peer?.end(exitCode, reason);
     this.peer = null;
@@ -162,15 +160,17 @@ export class TerminalSession {
     }
   }
 
-  private armExpiry(ms: number): void {
-    this.disarmExpiry();
-    this.detachTimer = setTimeout(() => this.end('nobody connected in time'), ms);
-    this.detachTimer.unref();
+  /** Ends the session unless a client connects within ms; answers when that is. */
+  private waitForClient(ms: number): Date {
+    this.stopWaiting();
+    this.clientTimer = setTimeout(() => this.end('nobody connected in time'), ms);
+    this.clientTimer.unref();
+    return new Date(this.deps.clock.now().getTime() + ms);
   }
 
-  private disarmExpiry(): void {
-    if (this.detachTimer) clearTimeout(this.detachTimer);
-    this.detachTimer = null;
+  private stopWaiting(): void {
+    if (this.clientTimer) clearTimeout(this.clientTimer);
+    this.clientTimer = null;
   }
 }
 
@@ -200,9 +200,8 @@ export class Terminals {
 
   /** The live session a capability names; 403 D04 when there is none. */
   byToken(token: string): TerminalSession {
-    const hash = sha256Hex(token);
-    const session = this.sessions.get(hash);
-    if (!session || session.ended || !safeEqual(session.tokenHash, hash)) throw new KisteError('D04');
+    const session = this.sessions.get(sha256Hex(token));
+    if (!session || session.ended) throw new KisteError('D04');
     return session;
   }
 

@@ -66,6 +66,11 @@ function isWebSocketHandshake(req: IncomingMessage): boolean {
   );
 }
 
+/** A message's payload as one Buffer, whichever form ws delivered it in. */
+function bufferOf(data: RawData): Buffer {
+  return Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+}
+
 /** Close codes a tunnel ends with (4000–4999: private use). */
 const CLOSE_CODES: Record<TunnelEnd, number> = { guest_closed: 1000, shutdown: 1001, idle: 4001, signed_out: 4003 };
 
@@ -75,10 +80,7 @@ export function carryTunnel(ws: WebSocket, tunnel: SshTunnel): void {
   const peer: TunnelPeer = {
     send(chunk) {
       ws.send(chunk, { binary: true }, () => {
-        if (drainWaiter && ws.bufferedAmount < SEND_HIGH_WATER / 2) {
-          const resume = drainWaiter;
-          resume();
-        }
+        if (ws.bufferedAmount < SEND_HIGH_WATER / 2) drainWaiter?.();
       });
       return ws.bufferedAmount < SEND_HIGH_WATER;
     },
@@ -95,10 +97,9 @@ export function carryTunnel(ws: WebSocket, tunnel: SshTunnel): void {
       ws.close(1003, 'binary frames only');
       return;
     }
-    const chunk = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
     // Stop reading the client until the guest took these bytes.
     ws.pause();
-    tunnel.write(chunk, () => ws.resume());
+    tunnel.write(bufferOf(data), () => ws.resume());
   });
   ws.on('close', () => tunnel.close('guest_closed'));
   ws.on('error', () => tunnel.close('guest_closed'));
@@ -123,7 +124,7 @@ export function carryTerminal(ws: WebSocket, session: TerminalSession): void {
     },
   };
   ws.on('message', (data: RawData, isBinary: boolean) => {
-    const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+    const bytes = bufferOf(data);
     if (isBinary) {
       ws.pause();
       return session.input(bytes, () => ws.resume());

@@ -25,6 +25,7 @@
 import { fsyncSync, existsSync, openSync, closeSync, rmSync, statSync } from 'node:fs';
 import type { MachineSpec } from './command-line';
 import { logTail, QemuMachine, qemuLogFile, StartOptions, startMachine, stopMachine } from './qemu-process';
+import { shellQuote } from '../../shell-quote';
 import { pollUntil } from './wait';
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes per second: effectively no limit for a local pipe
@@ -159,6 +160,3 @@ function fsyncFile(path: string): void {
 }
 
 /** Quotes for /bin/sh: exec: migration URIs are run by `sh -c`. */
-export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
-}

@@ -17,6 +17,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, 
 import { basename, dirname, relative, isAbsolute } from 'node:path';
 import { buildQemuArgs, MachineSpec, processName } from './command-line';
 import { QmpBusyError, QmpClient } from './qmp-client';
+import { shellWord } from '../../shell-quote';
 import { pollUntil, sleep } from './wait';
 
 /** What is needed to find and control a running machine (a subset of its MachineSpec). */
@@ -114,7 +115,7 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
   const logFd = openSync(logFile, 'a');
   let child;
   try {
-    writeSync(logFd, `--- ${new Date().toISOString()} ${binary} ${args.map(shellQuote).join(' ')}\n`);
+    writeSync(logFd, `--- ${new Date().toISOString()} ${binary} ${args.map(shellWord).join(' ')}\n`);
     child = spawn(binary, args, { detached: true, stdio: ['ignore', logFd, logFd] });
   } finally {
     closeSync(logFd);
@@ -331,6 +332,3 @@ export function logTail(path: string, bytes = 4000): string {
   }
 }
 
-function shellQuote(arg: string): string {
-  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
-}
