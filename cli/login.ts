@@ -49,7 +49,9 @@ export async function runLogin(ctx: CliContext, options: { browser: boolean }): 
         const code = url.searchParams.get('code');
         if (error || !code) {
           done(400, 'Sign-in was not approved. You can close this tab.');
-          reject(new CliError(`sign-in was not approved (${error ?? 'no code'})`));
+          reject(error === 'access_denied'
+            ? new CliError('sign-in was denied in the browser (access_denied)', { hint: 'Nothing was saved. Run `kiste login` again and choose Approve to sign in.' })
+            : new CliError(`sign-in was not approved (${error ?? 'no code'})`, { hint: 'Run `kiste login` again.' }));
           return;
         }
         done(200, 'kiste: signed in. You can close this tab and go back to the terminal.');
