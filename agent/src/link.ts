@@ -125,80 +125,82 @@ function connectLink(path: string, handlers: LinkHandlers, log: Logger): { stop(
 
 // --- virtio-serial port -------------------------------------------------------------------------
 //
-// A character device: libuv cannot poll it as a stream, so reads and writes are blocking calls on
-// the thread pool (main.ts enlarges it). A virtio port reads EOF while no host is connected, so on
-// EOF the runner keeps the fd and retries the read with backoff (reopening would race a write that
-// blocks until a host is back); on a real error it closes the fd and reopens with backoff.
+// The port is opened non-blocking and driven by the event loop (epoll on the character device),
+// never by blocking reads and writes on the thread pool: a blocking write to a virtio port makes
+// the vCPU spin until the host has taken the buffer, and each thread-pool round trip costs
+// milliseconds on an emulated CPU (a read returns at most one 4 KiB buffer, a write takes at most
+// 32 KiB). Node's net.Socket refuses an fd that libuv classes as a file, so the stream handle comes
+// from pipe_wrap: libuv opens a pipe handle on any pollable fd.
+//
+// While no host is connected the port reads EOF (and polls as readable), so on EOF the runner
+// closes the fd and opens the port again after a backoff. Writes made then wait in the stream.
 
-class DeviceLink implements Link {
-  private queue: { parts: Buffer[]; done?: () => void }[] = [];
-  private writing = false;
-  dead = false;
+interface PipeHandle {
+  open(fd: number): number;
+}
+interface PipeWrap {
+  Pipe: new (type: number) => PipeHandle;
+  constants: { SOCKET: number };
+}
 
-  constructor(
-    readonly fd: number,
-    private readonly onError: (error: Error) => void,
-  ) {}
+/** A stream over an already open, pollable fd (the fd is the stream's from now on). */
+export function streamOverFd(fd: number): net.Socket {
+  const { Pipe, constants } = (process as unknown as { binding(name: 'pipe_wrap'): PipeWrap }).binding('pipe_wrap');
+  const handle = new Pipe(constants.SOCKET);
+  const status = handle.open(fd);
+  if (status !== 0) {
+    fs.closeSync(fd);
+    throw new Error(`cannot poll the agent port (libuv error ${status})`);
+  }
+  // allowHalfOpen: end() would shut down a socket, which this is not; the runner destroys it on EOF.
+  return new net.Socket({ handle, readable: true, writable: true, allowHalfOpen: true } as net.SocketConstructorOpts);
+}
+
+/**
+ * Frames to the port, joined into one buffer per turn of the event loop. The port's write() takes
+ * one buffer per call (a writev is a write per piece), and each becomes its own virtio buffer and
+ * doorbell: a 13-byte frame header written apart from its payload costs as much as 32 KiB.
+ */
+class PortLink implements Link {
+  private pending: Buffer[] = [];
+  private callbacks: (() => void)[] = [];
+  private scheduled = false;
+
+  constructor(private readonly stream: net.Socket) {}
 
   send(parts: Buffer[], done?: () => void): void {
-    if (this.dead) return;
-    this.queue.push({ parts: [...parts], done });
-    this.pump();
+    if (this.stream.destroyed) return;
+    for (const part of parts) this.pending.push(part);
+    if (done) this.callbacks.push(done);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      queueMicrotask(() => this.flush());
+    }
   }
 
   dropQueued(): void {
-    // Keep the frame being written: cutting it short would leave a fragment (the host skips it anyway).
-    this.queue = this.writing ? this.queue.slice(0, 1) : [];
+    // What the stream took cannot be taken back; the host skips it while it syncs.
+    this.pending = [];
+    this.callbacks = [];
   }
 
-  private pump(): void {
-    if (this.writing || this.dead || this.queue.length === 0) return;
-    // Gather several frames per writev: one thread-pool round trip per frame would cap throughput.
-    const buffers: Buffer[] = [];
-    let bytes = 0;
-    for (const item of this.queue) {
-      for (const part of item.parts) {
-        buffers.push(part);
-        bytes += part.length;
-      }
-      if (buffers.length >= 512 || bytes >= 1024 * 1024) break;
-    }
-    this.writing = true;
-    fs.writev(this.fd, buffers, (error, written) => {
-      this.writing = false;
-      if (this.dead) return;
-      if (error) return this.onError(error);
-      this.consume(written);
-      this.pump();
-    });
-  }
-
-  /** Remove written bytes from the queue (a virtio port takes at most 32 KiB per write). */
-  private consume(written: number): void {
-    let left = written;
-    while (left > 0 && this.queue.length > 0) {
-      const item = this.queue[0];
-      while (left > 0 && item.parts.length > 0) {
-        const part = item.parts[0];
-        if (part.length <= left) {
-          left -= part.length;
-          item.parts.shift();
-        } else {
-          item.parts[0] = part.subarray(left);
-          left = 0;
-        }
-      }
-      if (item.parts.length === 0) {
-        this.queue.shift();
-        item.done?.();
-      }
-    }
+  private flush(): void {
+    this.scheduled = false;
+    if (this.stream.destroyed || this.pending.length === 0) return;
+    const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
+    const callbacks = this.callbacks;
+    this.pending = [];
+    this.callbacks = [];
+    // Writes are bounded by channel credit, so the stream's own buffer needs no extra limit.
+    this.stream.write(data, callbacks.length === 0 ? undefined : () => callbacks.forEach((callback) => callback()));
   }
 }
 
 class DeviceLinkRunner {
   private stopped = false;
-  private link: DeviceLink | null = null;
+  private stream: net.Socket | null = null;
+  /** Until a host has sent something, every new link announces the agent (a write made while
+   *  no host was there went with the closed fd). */
   private announce = true;
   private backoff = BACKOFF_MIN_MS;
 
@@ -212,61 +214,59 @@ class DeviceLinkRunner {
 
   stop(): void {
     this.stopped = true;
-    this.close();
+    this.stream?.destroy();
+    this.stream = null;
   }
 
   private open(): void {
     if (this.stopped) return;
-    fs.open(this.path, fs.constants.O_RDWR | fs.constants.O_NOCTTY, (error, fd) => {
+    fs.open(this.path, fs.constants.O_RDWR | fs.constants.O_NOCTTY | fs.constants.O_NONBLOCK, (error, fd) => {
       if (error) {
         this.log.warn('cannot open agent port, retrying', { path: this.path, error: error.message });
-        return this.retry(() => this.open());
+        return this.retry();
       }
-      const link = new DeviceLink(fd, (e) => this.fail(link, e));
-      this.link = link;
-      this.log.info('agent port open', { path: this.path });
+      if (this.stopped) return fs.close(fd, () => undefined);
+      let stream: net.Socket;
+      try {
+        stream = streamOverFd(fd);
+      } catch (e) {
+        this.log.error('cannot use agent port', { path: this.path, error: String(e) });
+        return this.retry();
+      }
+      this.stream = stream;
+      const link = new PortLink(stream);
+      let ended = false;
+      let heard = false;
+      const end = (reason: string) => {
+        if (ended) return;
+        ended = true;
+        if (this.stream === stream) this.stream = null;
+        stream.destroy();
+        // Without a host the port reads EOF at every try: only a link a host used is worth a line.
+        if (heard) this.log.info('agent port closed, reopening', { reason });
+        this.handlers.closed(link, reason);
+        this.retry();
+      };
+      stream.on('data', (chunk: Buffer) => {
+        heard = true;
+        this.announce = false;
+        this.backoff = BACKOFF_MIN_MS;
+        this.handlers.data(chunk);
+      });
+      // EOF: no host on the other side (now, or any more).
+      stream.on('end', () => end('host disconnected'));
+      stream.on('error', (e) => {
+        this.log.warn('agent port failed', { error: e.message });
+        end(`port error: ${e.message}`);
+      });
+      stream.on('close', () => end('port closed'));
       this.handlers.open(link, this.announce);
-      this.announce = false;
-      this.read(link);
     });
   }
 
-  private read(link: DeviceLink): void {
-    const buffer = Buffer.allocUnsafe(64 * 1024);
-    fs.read(link.fd, buffer, 0, buffer.length, null, (error, n) => {
-      if (link.dead) return;
-      if (error) return this.fail(link, error);
-      if (n === 0) {
-        // No host on the other side: this session is over; wait for the next one on the same fd.
-        this.handlers.closed(link, 'host disconnected');
-        this.handlers.open(link, false);
-        return this.retry(() => this.read(link));
-      }
-      this.backoff = BACKOFF_MIN_MS;
-      this.handlers.data(buffer.subarray(0, n));
-      this.read(link);
-    });
-  }
-
-  private fail(link: DeviceLink, error: Error): void {
-    if (link.dead) return;
-    this.log.warn('agent port failed, reopening', { error: error.message });
-    this.handlers.closed(link, `port error: ${error.message}`);
-    this.close();
-    this.retry(() => this.open());
-  }
-
-  private close(): void {
-    const link = this.link;
-    this.link = null;
-    if (!link || link.dead) return;
-    link.dead = true;
-    fs.close(link.fd, () => undefined);
-  }
-
-  private retry(next: () => void): void {
+  private retry(): void {
     if (this.stopped) return;
-    setTimeout(next, this.backoff);
+    setTimeout(() => this.open(), this.backoff);
     this.backoff = Math.min(BACKOFF_MAX_MS, this.backoff * 2);
   }
 }

@@ -1,7 +1,4 @@
 // kiste guest agent: entry point. Run by the image's Node at boot (kiste-agent.service).
-// Reads and writes on the virtio port block a thread-pool thread each; leave room for file work.
-process.env.UV_THREADPOOL_SIZE ||= '8';
-
 import { loadConfig } from './config';
 import { disposeExec } from './exec';
 import { createHandlers } from './handlers';
@@ -48,8 +45,8 @@ function main(): void {
 
 /**
  * Ends the process by the signal's default action. process.exit() would wait for the thread pool,
- * and a thread blocked reading the virtio port (no host connected) never returns: the agent would
- * hang until systemd's stop timeout (90 s) killed it.
+ * and a file operation blocked there (a hung mount, say) may never return: the agent would hang
+ * until systemd's stop timeout (90 s) killed it.
  */
 function terminate(signal: NodeJS.Signals): never {
   process.removeAllListeners(signal);

@@ -1,6 +1,6 @@
 // The agent's character-device link (what it uses on /dev/virtio-ports/org.kiste.agent), exercised
-// on a raw pseudo-terminal that socat bridges to a unix socket. Covers the blocking read/writev loop
-// and reopening the port after it fails. Needs socat (Debian package socat; .ci/run installs it).
+// on a raw pseudo-terminal that socat bridges to a unix socket. Covers the non-blocking stream over
+// the port and reopening it after it fails. Needs socat (Debian package socat; .ci/run installs it).
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -73,6 +73,6 @@ describe('device link (pty through socat)', () => {
     } finally {
       again.close();
     }
-    expect(agent.stderr.some((line) => line.includes('agent port failed, reopening'))).toBe(true);
+    expect(agent.stderr.some((line) => line.includes('agent port closed, reopening'))).toBe(true);
   });
 });
