@@ -161,7 +161,7 @@ export function streamOverFd(fd: number): net.Socket {
  * one buffer per call (a writev is a write per piece), and each becomes its own virtio buffer and
  * doorbell: a 13-byte frame header written apart from its payload costs as much as 32 KiB.
  */
-class PortLink implements Link {
+export class PortLink implements Link {
   private pending: Buffer[] = [];
   private callbacks: (() => void)[] = [];
   private scheduled = false;
