@@ -157,7 +157,7 @@ export function streamOverFd(fd: number): net.Socket {
 }
 
 /**
- * Frames to the port, joined into one buffer per turn of the event loop. The port's write() takes
+ * Frames to the port, joined into one buffer per callback of the event loop. The port's write() takes
  * one buffer per call (a writev is a write per piece), and each becomes its own virtio buffer and
  * doorbell: a 13-byte frame header written apart from its payload costs as much as 32 KiB.
  */

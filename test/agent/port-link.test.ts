@@ -1,4 +1,4 @@
-// The device link's writer: frames queued in one turn of the event loop reach the port as one
+// The device link's writer: frames queued in one callback of the event loop reach the port as one
 // write (each write to a virtio port is a virtio buffer and a doorbell of its own, so a frame header
 // written apart from its payload would cost a whole write). The stream is a recording stand-in.
 import type * as net from 'node:net';
@@ -24,7 +24,7 @@ class RecordingStream {
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 
 describe('PortLink', () => {
-  test('joins the frames sent in one turn into one write, in order, and reports them written together', async () => {
+  test('joins the frames sent in one callback into one write, in order, and reports them written together', async () => {
     const stream = new RecordingStream();
     const link = new PortLink(stream as unknown as net.Socket);
     const done: string[] = [];
