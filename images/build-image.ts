@@ -9,7 +9,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, promises as fs } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import { abortError, run, shellQuote } from './exec';
+import { shellQuote } from '../src/shell-quote';
+import { abortError, run } from './exec';
 import { acquireLock, type HeldLock, type LockOwner } from './lock';
 import { AGENT_GUEST_PATH, AGENT_PORT_NAME, IMAGE_INFO_GUEST_PATH } from './profiles/base';
 import { getProfile } from './profiles';

@@ -99,6 +99,3 @@ export function abortError(): Error {
   err.name = 'AbortError';
   return err;
 }
-
-// Hooks handed to mmdebstrap are shell command lines.
-export { shellQuote } from '../src/shell-quote';

@@ -13,6 +13,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Browser, BrowserContext, chromium, Page } from 'playwright-core';
+import { pollUntil } from '../../src/compute/qemu/wait';
 import { bearer, browserFor, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
 import { cliEnv, runKiste, spawnKiste } from '../support/kiste-cli';
 
@@ -85,13 +86,12 @@ describe('kiste login / logout through a real browser', () => {
   }
 
   async function authorizeAddress(login: LoginRun): Promise<URL> {
-    const deadline = Date.now() + 30_000;
-    while (!/\/oauth\/authorize\?\S+/.test(login.stderr())) {
+    const printed = await pollUntil(() => {
       if (login.child.exitCode !== null) throw new Error(`kiste login ended (${login.child.exitCode}) before printing the address: ${login.stderr()}`);
-      if (Date.now() > deadline) throw new Error(`no authorize address printed: ${login.stderr()}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    return new URL(/(http\S+\/oauth\/authorize\?\S+)/.exec(login.stderr())![1]!);
+      return /(http\S+\/oauth\/authorize\?\S+)/.exec(login.stderr())?.[1];
+    }, 30_000, 50);
+    if (!printed) throw new Error(`no authorize address printed: ${login.stderr()}`);
+    return new URL(printed);
   }
 
   /** Opens the authorize address signed out, signs in on the console page, returns on the approval page. */

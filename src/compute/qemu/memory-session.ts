@@ -158,5 +158,3 @@ function fsyncFile(path: string): void {
     closeSync(fd);
   }
 }
-
-/** Quotes for /bin/sh: exec: migration URIs are run by `sh -c`. */
