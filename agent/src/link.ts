@@ -34,26 +34,52 @@ export function startLink(config: LinkConfig, handlers: LinkHandlers, log: Logge
   }
 }
 
-// --- unix sockets -------------------------------------------------------------------------------
+/**
+ * Frames to the host's byte stream, joined into one buffer per callback of the event loop. A
+ * virtio port's write() takes one buffer per call (a writev is a write per piece), and each becomes
+ * its own virtio buffer and doorbell: a 13-byte frame header written apart from its payload costs as
+ * much as 32 KiB. Unix sockets gain nothing from it but use the same writer, so the tests run the
+ * one the guest runs.
+ */
+export class StreamLink implements Link {
+  private pending: Buffer[] = [];
+  private callbacks: (() => void)[] = [];
+  private scheduled = false;
 
-class SocketLink implements Link {
-  constructor(readonly socket: net.Socket) {}
+  constructor(readonly stream: net.Socket) {}
 
   send(parts: Buffer[], done?: () => void): void {
-    if (this.socket.destroyed) return;
-    // Writes are bounded by channel credit, so the socket's own buffer needs no extra limit.
-    this.socket.cork();
-    for (let i = 0; i < parts.length; i += 1) this.socket.write(parts[i], i === parts.length - 1 ? done : undefined);
-    this.socket.uncork();
+    if (this.stream.destroyed) return;
+    for (const part of parts) this.pending.push(part);
+    if (done) this.callbacks.push(done);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      queueMicrotask(() => this.flush());
+    }
   }
 
   dropQueued(): void {
-    // Bytes already written to a socket cannot be taken back; the host skips them while it syncs.
+    // What the stream took cannot be taken back; the host skips it while it syncs.
+    this.pending = [];
+    this.callbacks = [];
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    if (this.stream.destroyed || this.pending.length === 0) return;
+    const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
+    const callbacks = this.callbacks;
+    this.pending = [];
+    this.callbacks = [];
+    // Writes are bounded by channel credit, so the stream's own buffer needs no extra limit.
+    this.stream.write(data, callbacks.length === 0 ? undefined : () => callbacks.forEach((callback) => callback()));
   }
 }
 
+// --- unix sockets -------------------------------------------------------------------------------
+
 function listenLink(path: string, handlers: LinkHandlers, log: Logger): { stop(): void } {
-  let current: SocketLink | null = null;
+  let current: StreamLink | null = null;
   let first = true;
   try {
     fs.unlinkSync(path);
@@ -62,8 +88,8 @@ function listenLink(path: string, handlers: LinkHandlers, log: Logger): { stop()
   }
   const server = net.createServer((socket) => {
     // One host at a time, like a virtio port: a new connection replaces the old one.
-    if (current) current.socket.destroy();
-    const link = new SocketLink(socket);
+    if (current) current.stream.destroy();
+    const link = new StreamLink(socket);
     current = link;
     socket.setNoDelay?.(true);
     handlers.open(link, first);
@@ -85,7 +111,7 @@ function listenLink(path: string, handlers: LinkHandlers, log: Logger): { stop()
   return {
     stop: () => {
       server.close();
-      current?.socket.destroy();
+      current?.stream.destroy();
     },
   };
 }
@@ -98,7 +124,7 @@ function connectLink(path: string, handlers: LinkHandlers, log: Logger): { stop(
     if (stopped) return;
     const s = net.connect(path);
     socket = s;
-    const link = new SocketLink(s);
+    const link = new StreamLink(s);
     let opened = false;
     s.on('connect', () => {
       opened = true;
@@ -156,46 +182,6 @@ export function streamOverFd(fd: number): net.Socket {
   return new net.Socket({ handle, readable: true, writable: true, allowHalfOpen: true } as net.SocketConstructorOpts);
 }
 
-/**
- * Frames to the port, joined into one buffer per callback of the event loop. The port's write() takes
- * one buffer per call (a writev is a write per piece), and each becomes its own virtio buffer and
- * doorbell: a 13-byte frame header written apart from its payload costs as much as 32 KiB.
- */
-export class PortLink implements Link {
-  private pending: Buffer[] = [];
-  private callbacks: (() => void)[] = [];
-  private scheduled = false;
-
-  constructor(private readonly stream: net.Socket) {}
-
-  send(parts: Buffer[], done?: () => void): void {
-    if (this.stream.destroyed) return;
-    for (const part of parts) this.pending.push(part);
-    if (done) this.callbacks.push(done);
-    if (!this.scheduled) {
-      this.scheduled = true;
-      queueMicrotask(() => this.flush());
-    }
-  }
-
-  dropQueued(): void {
-    // What the stream took cannot be taken back; the host skips it while it syncs.
-    this.pending = [];
-    this.callbacks = [];
-  }
-
-  private flush(): void {
-    this.scheduled = false;
-    if (this.stream.destroyed || this.pending.length === 0) return;
-    const data = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
-    const callbacks = this.callbacks;
-    this.pending = [];
-    this.callbacks = [];
-    // Writes are bounded by channel credit, so the stream's own buffer needs no extra limit.
-    this.stream.write(data, callbacks.length === 0 ? undefined : () => callbacks.forEach((callback) => callback()));
-  }
-}
-
 class DeviceLinkRunner {
   private stopped = false;
   private stream: net.Socket | null = null;
@@ -234,7 +220,7 @@ class DeviceLinkRunner {
         return this.retry();
       }
       this.stream = stream;
-      const link = new PortLink(stream);
+      const link = new StreamLink(stream);
       let ended = false;
       let heard = false;
       const end = (reason: string) => {

@@ -1,8 +1,8 @@
-// The device link's writer: frames queued in one callback of the event loop reach the port as one
+// The agent's link writer: frames queued in one callback of the event loop reach the port as one
 // write (each write to a virtio port is a virtio buffer and a doorbell of its own, so a frame header
 // written apart from its payload would cost a whole write). The stream is a recording stand-in.
 import type * as net from 'node:net';
-import { PortLink } from '../../agent/src/link';
+import { StreamLink } from '../../agent/src/link';
 
 class RecordingStream {
   destroyed = false;
@@ -23,10 +23,10 @@ class RecordingStream {
 
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 
-describe('PortLink', () => {
+describe('StreamLink', () => {
   test('joins the frames sent in one callback into one write, in order, and reports them written together', async () => {
     const stream = new RecordingStream();
-    const link = new PortLink(stream as unknown as net.Socket);
+    const link = new StreamLink(stream as unknown as net.Socket);
     const done: string[] = [];
     link.send([Buffer.from('head1'), Buffer.from('payload-one')], () => done.push('first'));
     link.send([Buffer.from('window')]);
@@ -45,7 +45,7 @@ describe('PortLink', () => {
 
   test('drops what is still queued (a SYNC ends the session it belongs to) and writes nothing to a closed stream', async () => {
     const stream = new RecordingStream();
-    const link = new PortLink(stream as unknown as net.Socket);
+    const link = new StreamLink(stream as unknown as net.Socket);
     const done: string[] = [];
     link.send([Buffer.from('stale')], () => done.push('stale'));
     link.dropQueued();
