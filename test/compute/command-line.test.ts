@@ -28,7 +28,7 @@ describe('buildQemuArgs', () => {
     expect(args).toEqual(expect.arrayContaining(['-nodefaults', '-no-user-config']));
     expect(values(args, '-display')).toEqual(['none']);
     expect(values(args, '-machine')).toEqual(['q35']);
-    expect(values(args, '-accel')).toEqual(['tcg,thread=multi']);
+    expect(values(args, '-accel')).toEqual(['tcg,thread=multi,tb-size=256']);
     expect(args).not.toContain('-cpu');
     expect(values(args, '-smp')).toEqual(['2']);
     expect(values(args, '-m')).toEqual(['1024M']);

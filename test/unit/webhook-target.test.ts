@@ -1,7 +1,8 @@
 // The webhook URL rule without the service: the address classifier over many addresses of every
 // refused range (and public ones beside them), the URL checks, and names resolved through an
 // injected resolver (any one private answer refuses the name).
-import { classifyAddress, checkWebhookTarget, parseWebhookUrl, type Resolver } from '../../src/domain/webhook-target';
+import { checkWebhookTarget, parseWebhookUrl, type Resolver } from '../../src/domain/webhook-target';
+import { classifyAddress } from '../../src/net/special-addresses';
 import { KisteError } from '../../src/errors';
 
 const STRICT = { allowPrivate: false };

@@ -8,7 +8,8 @@
 //   snapshots and dirty bitmaps) on a virtio-blk device with qdev id DISK_DEVICE;
 //   virtio-serial with one port named AGENT_PORT_NAME whose host side is a unix socket (server);
 //   user-mode networking (no host forwards) on virtio-net; serial console appended to a file;
-//   QMP on a unix socket; a pid file; optionally guest RAM in a shared file (fast memory sessions).
+//   QMP on a unix socket; a pid file; optionally guest RAM in a shared file (fast memory sessions);
+//   QEMU's seccomp sandbox (SANDBOX).
 /** How guest code runs: hardware virtualisation, or QEMU's binary translator. */
 export type Accelerator = 'kvm' | 'tcg';
 
@@ -20,6 +21,19 @@ export const DISK_NODE = 'disk0';
 export const DISK_DEVICE = 'vda';
 /** Every machine's `-name` is this prefix + its id: how we recognise our QEMU processes. */
 export const PROCESS_NAME_PREFIX = 'kiste-';
+
+/**
+ * QEMU's seccomp filter: no obsolete system calls, no set*uid/gid (it never regains root), no
+ * fork/exec (a taken-over QEMU cannot start a program: memory sessions therefore migrate over unix
+ * sockets, never `exec:`), no scheduler or CPU-affinity changes (cgroups set its share).
+ */
+export const SANDBOX = 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny';
+
+/**
+ * TCG's translated-code cache in MiB. QEMU's default (1 GiB) is address space that fills as the
+ * guest runs new code; bounded, it is part of the fixed overhead the memory ceiling allows for.
+ */
+export const TCG_CODE_CACHE_MIB = 256;
 
 // sun_path of a unix socket holds 108 bytes including the terminating NUL.
 const MAX_SOCKET_PATH = 107;
@@ -44,6 +58,8 @@ export interface MachineSpec {
   memoryFile?: string;
   /** Start waiting for an incoming migration (`migrate-incoming`) instead of booting. */
   incoming?: boolean;
+  /** Start with the vCPUs stopped (`-S`); QMP `cont` runs the guest. */
+  paused?: boolean;
 }
 
 const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -96,12 +112,13 @@ export function buildQemuArgs(spec: MachineSpec): string[] {
   // No defaults (no VGA, no NIC, no floppy/CD), no user config files, no window. q35 is the modern
   // PCIe machine; with file-backed RAM the machine's memory comes from the backend object.
   args.push('-nodefaults', '-no-user-config', '-display', 'none');
+  args.push('-sandbox', SANDBOX);
   args.push('-machine', spec.memoryFile ? 'q35,memory-backend=mem' : 'q35');
   if (spec.accelerator === 'kvm') {
     args.push('-accel', 'kvm', '-cpu', 'host');
   } else {
     // One host thread per vCPU; without thread=multi TCG runs all vCPUs on one thread.
-    args.push('-accel', 'tcg,thread=multi');
+    args.push('-accel', `tcg,thread=multi,tb-size=${TCG_CODE_CACHE_MIB}`);
   }
   args.push('-smp', String(spec.vcpu), '-m', `${spec.memoryMib}M`);
   if (spec.memoryFile) {
@@ -149,5 +166,6 @@ export function buildQemuArgs(spec: MachineSpec): string[] {
   // Restore: bring up the devices, then wait for `migrate-incoming` over QMP (so we can set
   // migration capabilities first, which `-incoming URI` would not allow).
   if (spec.incoming) args.push('-incoming', 'defer');
+  else if (spec.paused) args.push('-S');
   return args;
 }

@@ -7,8 +7,8 @@
 //
 // Live fork of a running machine (liveFork):
 //   before:  base.qcow2 <- vm.qcow2 (active, guest writes here)
-//   1. blockdev-snapshot-sync: QEMU creates vm.1.qcow2 with backing vm.qcow2 and switches the guest
-//      to it atomically. vm.qcow2 is now frozen: nothing writes it again (crash-consistent: what the
+//   1. we create vm.1.qcow2 with backing vm.qcow2 (QEMU may not create files: the layers' folder is
+//      not its own), then blockdev-snapshot-sync (mode existing) switches the guest to it atomically. vm.qcow2 is now frozen: nothing writes it again (crash-consistent: what the
 //      guest had flushed to its disk at that instant; its page cache is not included).
 //          base.qcow2 <- vm.qcow2 (frozen) <- vm.1.qcow2 (active)
 //   2. qemu-img create -b vm.qcow2 fork.qcow2:
@@ -30,6 +30,7 @@
 // A bitmap lives on one node: after a snapshot the guest writes to the new top, so add a fresh
 // bitmap there. Non-persistent bitmaps vanish when QEMU exits; treat a fresh boot as "changed".
 import { execFile } from 'node:child_process';
+import { rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { DISK_DEVICE } from './command-line';
 import type { QmpClient, QmpEvent } from './qmp-client';
@@ -49,8 +50,9 @@ export async function createDisk(path: string, sizeBytes: number): Promise<void>
  * A copy-on-write overlay on `backing` (a qcow2 file, stored by absolute path as given). Without
  * sizeBytes the overlay has the backing file's size; with it, the guest sees a bigger disk.
  */
-export async function createOverlay(backing: string, overlay: string, options: { sizeBytes?: number } = {}): Promise<void> {
-  const args = ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', backing, overlay];
+export async function createOverlay(backing: string, overlay: string, options: { sizeBytes?: number; unsafe?: boolean } = {}): Promise<void> {
+  // unsafe (with sizeBytes): the backing file is not opened, as it cannot be while a QEMU writes it.
+  const args = ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', backing, ...(options.unsafe ? ['-u'] : []), overlay];
   if (options.sizeBytes !== undefined) args.push(String(options.sizeBytes));
   await run(qemuImgBinary(), args);
 }
@@ -107,25 +109,47 @@ export interface SnapshotResult {
   active: ActiveLayer;
 }
 
-/** Puts a new, empty active layer on top of the running disk (QEMU creates the file). */
-export async function snapshotActive(qmp: QmpClient, options: { newFile: string; newNode: string; device?: string }): Promise<SnapshotResult> {
+export interface SnapshotOptions {
+  newFile: string;
+  newNode: string;
+  device?: string;
+  /** Runs on the new layer file before QEMU opens it (the jail hands it to the machine's user). */
+  prepareFile?: (path: string) => Promise<void> | void;
+}
+
+/** Puts a new, empty active layer on top of the running disk. */
+export async function snapshotActive(qmp: QmpClient, options: SnapshotOptions): Promise<SnapshotResult> {
   const frozen = await activeLayer(qmp, options.device);
-  await qmp.execute('blockdev-snapshot-sync', {
-    'node-name': frozen.node,
-    'snapshot-file': options.newFile,
-    'snapshot-node-name': options.newNode,
-    format: 'qcow2',
-    mode: 'absolute-paths',
-  });
+  await createOverlay(frozen.file, options.newFile, { sizeBytes: await virtualSize(qmp, frozen.node), unsafe: true });
+  try {
+    await options.prepareFile?.(options.newFile);
+    await qmp.execute('blockdev-snapshot-sync', {
+      'node-name': frozen.node,
+      'snapshot-file': options.newFile,
+      'snapshot-node-name': options.newNode,
+      format: 'qcow2',
+      mode: 'existing',
+    });
+  } catch (error) {
+    await rm(options.newFile, { force: true });
+    throw error;
+  }
   return { frozen, active: await activeLayer(qmp, options.device) };
+}
+
+async function virtualSize(qmp: QmpClient, node: string): Promise<number> {
+  const nodes = await qmp.execute<Array<{ 'node-name': string; image: { 'virtual-size': number } }>>('query-named-block-nodes', { flat: true });
+  const found = nodes.find((n) => n['node-name'] === node);
+  if (!found) throw new Error(`no block node ${node}`);
+  return found.image['virtual-size'];
 }
 
 /** Copy-on-write fork of a running machine's disk; see the top of this file for the chain. */
 export async function liveFork(
   qmp: QmpClient,
-  options: { newActiveFile: string; newActiveNode: string; forkFile: string; forkSizeBytes?: number; device?: string },
+  options: { newActiveFile: string; newActiveNode: string; forkFile: string; forkSizeBytes?: number; device?: string; prepareFile?: SnapshotOptions['prepareFile'] },
 ): Promise<SnapshotResult & { fork: string }> {
-  const snapshot = await snapshotActive(qmp, { newFile: options.newActiveFile, newNode: options.newActiveNode, device: options.device });
+  const snapshot = await snapshotActive(qmp, { newFile: options.newActiveFile, newNode: options.newActiveNode, device: options.device, prepareFile: options.prepareFile });
   await createOverlay(snapshot.frozen.file, options.forkFile, { sizeBytes: options.forkSizeBytes });
   return { ...snapshot, fork: options.forkFile };
 }

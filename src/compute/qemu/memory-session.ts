@@ -1,12 +1,15 @@
 // Memory sessions: save a running machine's memory and device state to a file and quit QEMU; later
 // start QEMU again with the same command line and continue exactly where the guest was.
 //
-// QEMU 7.2 has no `migrate file:` (it came in 8.x), so the state goes through a shell pipe:
-//   save:    migrate        {"uri": "exec:cat > STATE.part && mv -f STATE.part STATE"}
-//   restore: -incoming defer, then migrate-incoming {"uri": "exec:cat STATE"}
-// The `.part` + rename matters twice: a crash in the middle of a save never leaves a truncated
-// state file that looks complete, and QEMU reports the migration "completed" when it has handed the
-// last byte to the pipe, possibly before `cat` has written it: the rename tells us `cat` is done.
+// The state travels over a unix socket next to the QMP socket (migrationSocket), never through
+// `exec:` (QEMU 7.2 has no `migrate file:`, and its seccomp sandbox forbids starting programs):
+//   save:    we listen and write what arrives to STATE.part; `migrate {"uri": "unix:SOCKET"}`; once
+//            QEMU reports "completed" and has closed the connection, STATE.part is renamed to STATE
+//   restore: -incoming defer, `migrate-incoming {"uri": "unix:SOCKET"}` (QEMU listens), and we
+//            connect and send STATE
+// The `.part` + rename means a crash in the middle of a save never leaves a truncated state file
+// that looks complete. The listening socket belongs to the machine's jail user (socketOwner), mode
+// 0600: only that QEMU (and root) can connect to it, and only the first connection is taken.
 //
 // Two storage modes, chosen by the MachineSpec:
 // - anonymous RAM: the whole guest RAM goes into the state file (zero pages are skipped);
@@ -18,14 +21,16 @@
 // Before migrating we pause the guest (`stop`): the save is then a single pass over RAM with no
 // dirty-page rounds, and the state is a consistent snapshot of a paused machine. QEMU 7.2 limits
 // migration to 128 MiB/s by default (max-bandwidth), which alone made saves ~10x slower here;
-// we lift the limit, since the "network" is a local pipe.
+// we lift the limit, since the "network" is a local socket.
 //
 // If anything fails before the state file is complete, the guest is resumed (`cont`) and keeps
 // running: a failed save never loses the machine.
-import { fsyncSync, existsSync, openSync, closeSync, rmSync, statSync } from 'node:fs';
+import { chownSync, closeSync, constants, createReadStream, createWriteStream, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { dirname, join } from 'node:path';
+import { finished } from 'node:stream/promises';
 import type { MachineSpec } from './command-line';
 import { logTail, QemuMachine, qemuLogFile, StartOptions, startMachine, stopMachine } from './qemu-process';
-import { shellQuote } from '../../shell-quote';
 import { pollUntil } from './wait';
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes per second: effectively no limit for a local pipe
@@ -38,6 +43,13 @@ export interface SaveOptions {
   durable?: boolean;
   /** Quit QEMU after the save (default true: a saved session releases its compute). */
   quit?: boolean;
+  /** The user QEMU runs as: the migration socket is made theirs (mode 0600) so it can connect. */
+  socketOwner?: { uid: number; gid: number };
+}
+
+/** Where a machine's state is sent and received: beside its QMP socket. */
+export function migrationSocket(spec: Pick<MachineSpec, 'qmpSocket'>): string {
+  return join(dirname(spec.qmpSocket), 'migrate.sock');
 }
 
 export interface SaveResult {
@@ -66,11 +78,13 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
   rmSync(stateFile, { force: true });
   const qmp = machine.qmp;
 
+  const socket = migrationSocket(machine.spec);
+  const receiver = await receiveState(socket, part, options);
   await qmp.execute('stop');
   try {
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }] });
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
-    await qmp.execute('migrate', { uri: `exec:cat > ${shellQuote(part)} && mv -f ${shellQuote(part)} ${shellQuote(stateFile)}` });
+    await qmp.execute('migrate', { uri: `unix:${socket}` });
     const final = await pollUntil(
       async () => {
         const info = await qmp.execute<MigrationInfo>('query-migrate');
@@ -84,18 +98,19 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
       throw new Error(`memory save of ${machine.id} did not complete within ${timeoutMs} ms`);
     }
     if (final.status !== 'completed') throw new Error(`memory save of ${machine.id} ${final.status}: ${final['error-desc'] ?? 'no detail'}`);
-    const written = await pollUntil(() => (existsSync(stateFile) ? true : undefined), Math.max(1000, timeoutMs - (Date.now() - started)), 5);
-    if (!written) throw new Error(`memory save of ${machine.id}: migration completed but ${stateFile} was not written`);
+    // "completed" means QEMU has sent the last byte; the file is complete once the stream ended.
+    await withTimeout(receiver.written, Math.max(1000, timeoutMs - (Date.now() - started)), `memory save of ${machine.id}: migration completed but ${stateFile} was not written`);
+    if (options.durable) fsyncFile(part);
+    renameSync(part, stateFile);
   } catch (error) {
+    receiver.close();
     rmSync(part, { force: true });
     rmSync(stateFile, { force: true });
     await qmp.execute('cont').catch(() => undefined); // keep the machine running
     throw error;
   }
-  if (options.durable) {
-    fsyncFile(stateFile);
-    if (machine.spec.memoryFile) fsyncFile(machine.spec.memoryFile);
-  }
+  receiver.close();
+  if (options.durable && machine.spec.memoryFile) fsyncFile(machine.spec.memoryFile);
   const saveMs = Date.now() - started;
   if (options.quit ?? true) await stopMachine(machine, { powerdownTimeoutMs: 0 });
   return { stateFile, stateBytes: statSync(stateFile).size, ignoreShared, saveMs, totalMs: Date.now() - started };
@@ -104,6 +119,8 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
 export interface RestoreOptions extends StartOptions {
   stateFile: string;
   timeoutMs?: number;
+  /** Runs once the state is loaded, before the guest continues (the jail seals the machine's files here). */
+  beforeContinue?: (machine: QemuMachine) => Promise<void> | void;
 }
 
 export interface RestoreResult {
@@ -124,10 +141,15 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
   if (spec.memoryFile && !existsSync(spec.memoryFile)) throw new Error(`saved session needs its RAM file ${spec.memoryFile}, which is missing`);
 
   const machine = await startMachine({ ...spec, incoming: true }, options);
+  let sender: { close(): void } | undefined;
   try {
     const qmp = machine.qmp;
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: Boolean(spec.memoryFile) }] });
-    await qmp.execute('migrate-incoming', { uri: `exec:cat ${shellQuote(options.stateFile)}` });
+    // QEMU listens; nothing of the guest has run yet, so the socket it made is its own.
+    const socket = migrationSocket(spec);
+    rmSync(socket, { force: true });
+    await qmp.execute('migrate-incoming', { uri: `unix:${socket}` });
+    sender = sendState(socket, options.stateFile, timeoutMs);
     // QEMU 7.2 exits when an incoming migration fails, so a dead process or a closed QMP ends the wait.
     const status = await pollUntil(
       async () => {
@@ -138,10 +160,13 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
       5,
     );
     if (!status) throw new Error(`restore of ${spec.id} did not finish within ${timeoutMs} ms`);
+    sender.close();
+    await options.beforeContinue?.(machine);
     // The source was paused before the save, so the destination comes up paused (it was running
     // only when the state recorded a running guest): continue it.
     if (status !== 'running') await qmp.execute('cont');
   } catch (error) {
+    sender?.close();
     const alive = machine.alive();
     if (alive) await stopMachine(machine, { powerdownTimeoutMs: 0 }).catch(() => undefined);
     const log = alive ? '' : `\n${logTail(qemuLogFile(spec, options), 1500)}`;
@@ -150,8 +175,78 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
   return { machine, restoreMs: Date.now() - started };
 }
 
+interface StateReceiver {
+  /** Resolves once the first connection has ended and everything it sent is in the file. */
+  written: Promise<void>;
+  close(): void;
+}
+
+/** Listens on `socket` and writes the first connection's bytes to `file`. */
+async function receiveState(socket: string, file: string, options: Pick<SaveOptions, 'socketOwner'>): Promise<StateReceiver> {
+  rmSync(socket, { force: true });
+  let connection: Socket | undefined;
+  const server: Server = createServer({ pauseOnConnect: true });
+  const written = new Promise<void>((resolve, reject) => {
+    server.once('connection', (peer) => {
+      connection = peer;
+      server.close(); // one sender only
+      const out = createWriteStream(file, { flags: 'wx', mode: 0o600 });
+      peer.pipe(out);
+      peer.resume();
+      peer.once('error', reject);
+      finished(out).then(resolve, reject);
+    });
+  });
+  written.catch(() => undefined); // awaited by the caller once the migration completed
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socket, () => resolve());
+  });
+  if (options.socketOwner) chownSync(socket, options.socketOwner.uid, options.socketOwner.gid);
+  return {
+    written,
+    close: () => {
+      server.close();
+      connection?.destroy();
+      rmSync(socket, { force: true });
+    },
+  };
+}
+
+/**
+ * Connects to QEMU's incoming migration socket (once it exists) and sends the state file. QEMU
+ * judges the stream (the caller watches its status); close() drops the connection afterwards.
+ */
+function sendState(socket: string, file: string, timeoutMs: number): { close(): void } {
+  let peer: Socket | undefined;
+  let closed = false;
+  void (async () => {
+    const ready = await pollUntil(() => (closed || existsSync(socket) ? true : undefined), timeoutMs, 2);
+    if (!ready || closed) return;
+    peer = connect(socket);
+    peer.on('error', () => undefined); // QEMU exits on a bad stream: its status tells
+    createReadStream(file).on('error', () => peer?.destroy()).pipe(peer);
+  })();
+  return {
+    close: () => {
+      closed = true;
+      peer?.destroy();
+    },
+  };
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    work.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(message)), ms);
+    }),
+  ]);
+}
+
 function fsyncFile(path: string): void {
-  const fd = openSync(path, 'r+');
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK); // never a link or FIFO the guest's QEMU put there
   try {
     fsyncSync(fd);
   } finally {

@@ -13,7 +13,7 @@
 // orphan reaping only considers processes whose pid file lies under the given machines root, so
 // other QEMUs on the host (and other test runs) are never touched.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, relative, isAbsolute } from 'node:path';
 import { buildQemuArgs, MachineSpec, processName } from './command-line';
 import { QmpBusyError, QmpClient } from './qmp-client';
@@ -32,6 +32,11 @@ export interface StartOptions {
   logFile?: string;
   /** How long QEMU may take until its QMP monitor answers. */
   readyTimeoutMs?: number;
+  /**
+   * Wraps QEMU's command (the jail: its user, cgroup and limits); the wrapper must end by exec'ing
+   * the command it was given, so the spawned pid is QEMU's.
+   */
+  launch?: (command: string, args: string[]) => { command: string; args: string[] };
 }
 
 export class MachineStartError extends Error {
@@ -112,11 +117,13 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
 
   const logFile = qemuLogFile(spec, options);
   const binary = options.qemuBinary ?? qemuBinary();
-  const logFd = openSync(logFile, 'a');
+  const launched = options.launch?.(binary, args) ?? { command: binary, args };
+  // Never through a link: the log may lie where the machine's own (jailed) QEMU could put one.
+  const logFd = openSync(logFile, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
   let child;
   try {
-    writeSync(logFd, `--- ${new Date().toISOString()} ${binary} ${args.map(shellWord).join(' ')}\n`);
-    child = spawn(binary, args, { detached: true, stdio: ['ignore', logFd, logFd] });
+    writeSync(logFd, `--- ${new Date().toISOString()} ${[launched.command, ...launched.args].map(shellWord).join(' ')}\n`);
+    child = spawn(launched.command, launched.args, { detached: true, stdio: ['ignore', logFd, logFd] });
   } finally {
     closeSync(logFd);
   }
