@@ -1,6 +1,7 @@
 // Configuration from the environment, read once at start. Every variable is documented in README.md.
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
+import { parseCidr, type Cidr } from './net/special-addresses';
 
 export interface Config {
   listenHost: string;
@@ -26,6 +27,13 @@ export interface Config {
   imagesDir: string;
   /** auto: probe KVM once, else TCG. */
   accelerator: 'auto' | 'kvm' | 'tcg';
+  /**
+   * What machines may reach (KISTE_MACHINE_EGRESS, KISTE_MACHINE_EGRESS_ALLOW): the public internet
+   * plus the allowed CIDRs, or nothing at all. Never the host itself.
+   */
+  machineEgress: { mode: 'public' | 'off'; allow: Cidr[] };
+  /** KISTE_MACHINE_UID_BASE: machines' QEMUs run as uids base+1 … base+65535, group base. */
+  machineUidBase: number;
   /** KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE: webhooks may target http://, any port and private addresses (development and tests only). */
   webhooksAllowPrivateTargetsUnsafe: boolean;
   /** SMTP relay for alert e-mail (KISTE_SMTP_URL, KISTE_MAIL_FROM); null: alerts are not e-mailed. */
@@ -49,6 +57,22 @@ function oneOf<T extends string>(name: string, value: string | undefined, allowe
   if (value === undefined || value === '') return fallback;
   if (!(allowed as readonly string[]).includes(value)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${value}"`);
   return value as T;
+}
+
+function cidrList(name: string, value: string | undefined): Cidr[] {
+  if (!value?.trim()) return [];
+  return value.split(',').map((part) => {
+    const cidr = parseCidr(part);
+    if (!cidr) throw new ConfigError(`${name} must be comma-separated addresses or CIDRs (10.1.0.0/16, 2001:db8::/32), got "${part.trim()}"`);
+    return cidr;
+  });
+}
+
+/** Default 1000000000: far above the uids of people and system services, and of subuid ranges. */
+function uidBase(value: string | undefined): number {
+  const base = positiveInt('KISTE_MACHINE_UID_BASE', value, 1_000_000_000);
+  if (base < 65_536 || base + 65_535 >= 2 ** 32 - 1) throw new ConfigError(`KISTE_MACHINE_UID_BASE must lie between 65536 and ${2 ** 32 - 65_537}, got ${base}`);
+  return base;
 }
 
 function parseListen(value: string): { host: string; port: number } {
@@ -101,6 +125,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop'] as const, 'desktop'),
     imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
+    machineEgress: {
+      mode: oneOf('KISTE_MACHINE_EGRESS', env.KISTE_MACHINE_EGRESS, ['public', 'off'] as const, 'public'),
+      allow: cidrList('KISTE_MACHINE_EGRESS_ALLOW', env.KISTE_MACHINE_EGRESS_ALLOW),
+    },
+    machineUidBase: uidBase(env.KISTE_MACHINE_UID_BASE),
     webhooksAllowPrivateTargetsUnsafe: flag(env.KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE),
     smtp: smtpSettings(env.KISTE_SMTP_URL, env.KISTE_MAIL_FROM, baseUrl),
   };

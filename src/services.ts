@@ -22,7 +22,8 @@ import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
 import { Terminals, type TerminalSettings } from './domain/terminals';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
-import { QemuMachineHost } from './compute/qemu-machine-host';
+import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
+import { HostJail } from './compute/jail';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
 import { ApiTokenStore } from './store/api-tokens';
@@ -60,6 +61,8 @@ export interface Services {
   platform: Platform;
   events: EventStream;
   machineHost: QemuMachineHost;
+  /** The jail of every machine's QEMU (checked at start, torn down by tests). */
+  machineJail: HostJail;
   instances: Instances;
   commands: Commands;
   sshTunnels: SshTunnels;
@@ -118,11 +121,21 @@ export function createServices(config: Config, database: Database, options: Serv
     instances: new InstanceStore(db),
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
+  const folders = machineHostFolders(config.dataDir);
+  const jail = new HostJail({
+    machinesDir: folders.machines,
+    layersDir: folders.layers,
+    passThrough: [folders.machines, folders.layers, config.imagesDir],
+    uidBase: config.machineUidBase,
+    egress: config.machineEgress,
+    logger,
+  });
   const machineHost = new QemuMachineHost({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
     accelerator: options.accelerator ?? 'tcg',
     logger,
+    jail,
   });
   const secretKey = installationSecret(config);
   const credentials = new Credentials(stores, secretKey, clock);
@@ -166,6 +179,7 @@ export function createServices(config: Config, database: Database, options: Serv
     platform: new Platform(new HeartbeatStore(db), clock),
     events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,
+    machineJail: jail,
     instances,
     commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels: new SshTunnels(instances, machineHost, options.tunnels),

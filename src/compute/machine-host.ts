@@ -46,6 +46,8 @@ export interface MachineHost {
   /** The newest ready image of a profile, or null while none is ready yet. */
   currentImage(profile: ImageProfile): HostImage | null;
   imageBuildState(profile: ImageProfile): ImageBuildState;
+  /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
+  isolationProblem(): Promise<{ reason: string; hint: string } | null>;
   /** The disk of a new machine: a copy-on-write overlay of the image, `diskMib` large. */
   createDisk(id: string, image: HostImage, diskMib: number): Promise<void>;
   /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */

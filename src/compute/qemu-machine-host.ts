@@ -10,6 +10,7 @@ import { AgentClient } from './agent-client';
 import { nextMerge } from './checkpoint-policy';
 import { DiskState, LayerStore } from './layers';
 import { generateHostKeys } from './ssh-host-keys';
+import type { MachineJail } from './jail';
 import type { Accelerator, GuestIdentity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine } from './machine-host';
 import {
   activeLayer,
@@ -25,6 +26,7 @@ import {
   machineFiles,
   MachineSpec,
   QemuMachine,
+  type StartOptions,
   removeDirtyBitmap,
   restoreMemory,
   saveMemory,
@@ -45,6 +47,13 @@ export interface QemuHostOptions {
   /** Cold boot to "SSH listens, commands accepted"; generous under TCG. */
   bootTimeoutMs?: number;
   logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
+  /** Every QEMU runs in it (its own user, files, network rules, limits). */
+  jail: MachineJail;
+}
+
+/** Where a host keeps its machines' folders and disk layers. */
+export function machineHostFolders(dataDir: string): { machines: string; layers: string } {
+  return { machines: join(dataDir, 'machines'), layers: join(dataDir, 'layers') };
 }
 
 interface ImageEntry {
@@ -64,10 +73,14 @@ export class QemuMachineHost implements MachineHost {
   /** Per machine: the tail of its queue of chain-changing work (checkpoints, forks, stops…). */
   private readonly queues = new Map<string, Promise<unknown>>();
 
+  private readonly jail: MachineJail;
+
   constructor(private readonly options: QemuHostOptions) {
     this.accelerator = options.accelerator;
-    this.machinesDir = join(options.dataDir, 'machines');
-    this.layers = new LayerStore(join(options.dataDir, 'layers'));
+    this.jail = options.jail;
+    const folders = machineHostFolders(options.dataDir);
+    this.machinesDir = folders.machines;
+    this.layers = new LayerStore(folders.layers);
     mkdirSync(this.machinesDir, { recursive: true });
     mkdirSync(this.layers.dir, { recursive: true });
   }
@@ -95,18 +108,23 @@ export class QemuMachineHost implements MachineHost {
     return this.builds.get(profile) ?? { state: 'building', step: null, error: null };
   }
 
+  isolationProblem(): Promise<{ reason: string; hint: string } | null> {
+    return this.jail.problem();
+  }
+
   async createDisk(id: string, image: HostImage, diskMib: number): Promise<void> {
     const dir = this.machineDir(id);
-    mkdirSync(dir, { recursive: true });
+    await this.jail.admit(id);
     const active = `${id}-0.qcow2`;
     await createOverlay(join(this.imageEntry(image).dir, 'disk.qcow2'), this.layers.path(active), { sizeBytes: diskMib * 1048576 });
+    this.jail.ownLayer(id, this.layers.path(active));
     this.layers.writeState(dir, { active, hostKeysGenerated: false });
   }
 
   async forkDisk(sourceId: string, targetId: string): Promise<void> {
     await this.exclusive(sourceId, async () => {
       const targetDir = this.machineDir(targetId);
-      mkdirSync(targetDir, { recursive: true });
+      await this.jail.admit(targetId);
       const forkActive = `${targetId}-0.qcow2`;
       const machine = await this.machine(sourceId);
       if (machine) {
@@ -114,11 +132,19 @@ export class QemuMachineHost implements MachineHost {
         await this.flushGuest(sourceId, 'a fork');
         // The source's top freezes and becomes the shared backing of its new top and of the copy.
         await this.newTopLayer(sourceId, machine, (next) =>
-          liveFork(machine.qmp, { newActiveFile: this.layers.path(next), newActiveNode: nodeName(next), forkFile: this.layers.path(forkActive) }),
+          liveFork(machine.qmp, {
+            newActiveFile: this.layers.path(next),
+            newActiveNode: nodeName(next),
+            forkFile: this.layers.path(forkActive),
+            prepareFile: (file) => this.jail.ownLayer(sourceId, file),
+          }),
         );
       } else {
         await createOverlay(this.layers.path(this.diskState(sourceId).active), this.layers.path(forkActive));
       }
+      this.jail.ownLayer(targetId, this.layers.path(forkActive));
+      // The copy reads what it shares with the source: every layer under its own (images are public).
+      await this.jail.shareLayers(targetId, (await this.layers.layersOf(forkActive)).slice(1));
       this.layers.writeState(targetDir, { active: forkActive, hostKeysGenerated: false });
     });
   }
@@ -136,7 +162,9 @@ export class QemuMachineHost implements MachineHost {
       const active = await activeLayer(machine.qmp);
       const changedBytes = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
       if (changedBytes === 0) return { taken: false };
-      await this.newTopLayer(id, machine, (next) => snapshotActive(machine.qmp, { newFile: this.layers.path(next), newNode: nodeName(next) }));
+      await this.newTopLayer(id, machine, (next) =>
+        snapshotActive(machine.qmp, { newFile: this.layers.path(next), newNode: nodeName(next), prepareFile: (file) => this.jail.ownLayer(id, file) }),
+      );
       await this.compact(id, machine);
       return { taken: true };
     });
@@ -146,21 +174,28 @@ export class QemuMachineHost implements MachineHost {
     const files = machineFiles(this.machineDir(id));
     rmSync(files.stateFile, { force: true });
     rmSync(files.memoryFile, { force: true });
-    await this.exclusive(id, async () => {
-      const machine = await startMachine(this.spec(id, shape, image));
-      this.running.set(id, machine);
-      await trackChanges(machine);
-    });
+    await this.exclusive(id, () =>
+      this.jailed(id, shape, async (start) => {
+        // Paused until its folder is sealed: the guest runs no instruction while QEMU's files are its own.
+        const machine = await startMachine({ ...this.spec(id, shape, image), paused: true }, start);
+        this.running.set(id, machine);
+        await this.jail.seal(id);
+        await trackChanges(machine);
+        await machine.qmp.execute('cont');
+      }),
+    );
     return this.personalise(id, identity);
   }
 
   async resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
     const files = machineFiles(this.machineDir(id));
-    await this.exclusive(id, async () => {
-      const { machine } = await restoreMemory(this.spec(id, shape, image), { stateFile: files.stateFile });
-      this.running.set(id, machine);
-      await trackChanges(machine);
-    });
+    await this.exclusive(id, () =>
+      this.jailed(id, shape, async (start) => {
+        const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeContinue: () => this.jail.seal(id) });
+        this.running.set(id, machine);
+        await trackChanges(machine);
+      }),
+    );
     rmSync(files.stateFile, { force: true }); // the session is live again; a later stop saves a new one
     const agent = this.agent(id);
     await agent.waitConnected(60_000);
@@ -194,20 +229,20 @@ export class QemuMachineHost implements MachineHost {
     if (options.saveSession && (await this.hasSession(id)) && (await machine.status().catch(() => '')) === 'postmigrate') {
       // A save that completed before the service went away: only QEMU's quit was left to do.
       await stopMachine(machine, { powerdownTimeoutMs: 0 });
-      this.running.delete(id);
+      this.stopped(id);
       return { sessionSaved: true };
     }
     if (options.saveSession) {
       try {
-        await saveMemory(machine, { stateFile: machineFiles(this.machineDir(id)).stateFile, durable: true });
-        this.running.delete(id);
+        await saveMemory(machine, { stateFile: machineFiles(this.machineDir(id)).stateFile, durable: true, socketOwner: this.jail.userOf(id) });
+        this.stopped(id);
         return { sessionSaved: true };
       } catch (error) {
         this.options.logger.warn({ err: error, machine: id }, 'memory session could not be saved; stopping without it');
       }
     }
     await stopMachine(machine, { powerdownTimeoutMs: 15_000 });
-    this.running.delete(id);
+    this.stopped(id);
     rmSync(machineFiles(this.machineDir(id)).memoryFile, { force: true });
     return { sessionSaved: false };
   }
@@ -263,10 +298,17 @@ export class QemuMachineHost implements MachineHost {
     const machine = await this.machine(id);
     this.dropAgent(id);
     if (machine) await killMachine(machine);
-    this.running.delete(id);
+    this.stopped(id);
     const state = this.layers.readState(this.machineDir(id));
-    if (state && !(await this.layers.release(state.active, await this.activeLayers(id)))) {
-      this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
+    if (state) {
+      const chain = await this.layers.layersOf(state.active).catch(() => [this.layers.path(state.active)]);
+      if (!(await this.layers.release(state.active, await this.activeLayers(id)))) {
+        this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
+      }
+      // Layers another machine still uses outlive this one: its user (which a new machine may get) loses them.
+      await this.jail.releaseLayers(id, chain).catch((error: Error) =>
+        this.options.logger.warn({ err: error, machine: id }, 'access to kept disk layers could not be withdrawn'),
+      );
     }
     rmSync(this.machineDir(id), { recursive: true, force: true });
   }
@@ -386,6 +428,28 @@ export class QemuMachineHost implements MachineHost {
       rmSync(pending, { force: true });
     }
     return state.active;
+  }
+
+  /**
+   * Starts a QEMU in the machine's jail: `work` gets the start options (launch wrapper, log file);
+   * whatever happens, the run folder is sealed again and a QEMU that did not start leaves no limits.
+   */
+  private async jailed(id: string, shape: MachineShape, work: (start: Pick<StartOptions, 'launch' | 'logFile'>) => Promise<void>): Promise<void> {
+    const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib });
+    try {
+      await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog });
+    } catch (error) {
+      if (!(await this.machine(id))) this.jail.afterStop(id);
+      throw error;
+    } finally {
+      await this.jail.seal(id);
+    }
+  }
+
+  /** QEMU is gone: forget it and drop its limits. */
+  private stopped(id: string): void {
+    this.running.delete(id);
+    this.jail.afterStop(id);
   }
 
   /** Runs `work` after every earlier chain-changing work of the same machine has finished. */

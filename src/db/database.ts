@@ -1,5 +1,5 @@
 // Opens kiste's database: SQLite (embedded default) or PostgreSQL, migrated before it is handed out.
-import { mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
@@ -42,12 +42,24 @@ export function databaseTarget(opts: OpenDatabaseOptions): MigrationTarget {
   throw new Error(`unsupported database URL scheme '${url.split(':')[0]}:' (use file:, postgres:// or postgresql://)`);
 }
 
+/**
+ * The database is readable by nobody but the service: machines' jail users may pass through the
+ * data folder (src/compute/jail), so its mode, not the folder's, must keep them out. SQLite gives
+ * its -wal and -shm files the database's mode.
+ */
+function keepPrivate(file: string): void {
+  for (const part of [file, `${file}-wal`, `${file}-shm`]) {
+    if (existsSync(part)) chmodSync(part, 0o600);
+  }
+}
+
 export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database> {
   const target = databaseTarget(opts);
   if (target.provider === 'sqlite') mkdirSync(path.dirname(target.file), { recursive: true });
   await migrateDatabase(target); // also switches a SQLite file to WAL (a persistent setting)
 
   if (target.provider === 'sqlite') {
+    keepPrivate(target.file);
     const prisma = new SqlitePrismaClient({
       // `timeout` is better-sqlite3's busy timeout: wait for a concurrent writer instead of failing.
       adapter: new PrismaBetterSqlite3({ url: target.file, timeout: SQLITE_BUSY_TIMEOUT_MS }),

@@ -81,6 +81,16 @@ export class Instances {
     return this.host.currentImage(this.settings.imageProfile)?.version ?? null;
   }
 
+  /**
+   * What every start needs: the host can jail machines (else K09, which no retry mends) and the
+   * newest image of its universal profile (else K06 while it is still being built).
+   */
+  private async startableImage(): Promise<HostImage> {
+    const problem = await this.host.isolationProblem();
+    if (problem) throw new KisteError('K09', { message: `This server cannot run machines isolated from the host: ${problem.reason}`, hint: problem.hint });
+    return this.currentImage();
+  }
+
   /** The newest image of this host's universal profile, or K06 while it is still being built. */
   currentImage(): HostImage {
     const image = this.host.currentImage(this.settings.imageProfile);
@@ -100,7 +110,7 @@ export class Instances {
     if (request.environment) {
       throw new KisteError('K30', { message: `No environment named ${request.environment}`, param: 'environment' });
     }
-    const image = this.currentImage();
+    const image = await this.startableImage();
     const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
     checkShape(this.limits, shape); // a shape never allowed is L08, not a retryable L13
     this.checkHostRoom(shape.memoryMib);
@@ -124,7 +134,7 @@ export class Instances {
   async fork(accountId: string, sourceName: string, name: string, ttlSeconds: number | null): Promise<Instance> {
     const source = await this.get(accountId, sourceName);
     if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
-    const image = this.currentImage();
+    const image = await this.startableImage();
     const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
     this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
@@ -156,7 +166,7 @@ export class Instances {
     const instance = await this.get(accountId, name);
     if (instance.status === 'running' && !instance.operation) return { instance, finished: true };
     await this.checkCanStart(instance);
-    const image = this.currentImage();
+    const image = await this.startableImage();
     return this.lifecycle(instance, 'resume', { status: 'starting', desiredState: 'running' }, async () =>
       (await this.host.hasSession(instance.id))
         ? this.bootOutcome(instance, image, shapeOf(instance), 'resume')
@@ -168,7 +178,7 @@ export class Instances {
   async restart(accountId: string, name: string): Promise<LifecycleAnswer> {
     const instance = await this.get(accountId, name);
     if (instance.status !== 'running') await this.checkCanStart(instance);
-    const image = this.currentImage();
+    const image = await this.startableImage();
     return this.lifecycle(instance, 'restart', { status: 'starting', desiredState: 'running' }, async () => {
       if (await this.host.isRunning(instance.id)) await this.host.stop(instance.id, { saveSession: false });
       await this.host.discardSession(instance.id);
@@ -180,7 +190,7 @@ export class Instances {
   async upgrade(accountId: string, name: string): Promise<LifecycleAnswer> {
     const instance = await this.get(accountId, name);
     if (instance.status === 'running') {
-      const image = this.currentImage();
+      const image = await this.startableImage();
       return this.lifecycle(instance, 'upgrade', { status: 'starting' }, async () => {
         await this.host.stop(instance.id, { saveSession: false });
         await this.host.discardSession(instance.id);

@@ -139,3 +139,47 @@ export function classifyAddress(address: string): AddressVerdict {
   if (!inRange(value, GLOBAL_UNICAST, 128)) return { public: false, category: 'reserved (outside 2000::/3)' };
   return { public: true };
 }
+
+export interface Cidr {
+  family: 4 | 6;
+  /** Normalised: host bits cleared, IPv6 written out in full. */
+  cidr: string;
+}
+
+/** `10.1.0.0/16`, `2001:db8::/32` or a single address; null when it is not one. */
+export function parseCidr(text: string): Cidr | null {
+  const [address, prefix, extra] = text.trim().split('/');
+  if (extra !== undefined || !address) return null;
+  const family = isIP(address);
+  if (family !== 4 && family !== 6) return null;
+  const width = family === 4 ? 32 : 128;
+  if (prefix !== undefined && !/^\d{1,3}$/.test(prefix)) return null;
+  const bits = prefix === undefined ? width : Number(prefix);
+  if (bits > width) return null;
+  const value = family === 4 ? ipv4ToBigInt(address) : ipv6ToBigInt(address);
+  if (value === null) return null;
+  const base = (value >> BigInt(width - bits)) << BigInt(width - bits);
+  return { family, cidr: `${family === 4 ? bigIntToIpv4(base) : bigIntToIpv6(base)}/${bits}` };
+}
+
+function bigIntToIpv6(value: bigint): string {
+  return Array.from({ length: 8 }, (_, i) => ((value >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)).join(':');
+}
+
+/**
+ * The special ranges as CIDRs per family, for packet filters: IPv4 ones as they are, and for IPv6
+ * the special IPv6 ranges plus every special IPv4 range as it appears inside NAT64 and 6to4 (a
+ * filter cannot look inside an address; IPv4-mapped addresses travel as IPv4 packets).
+ */
+export function specialRanges(): { ipv4: string[]; ipv6: string[] } {
+  const ipv6 = IPV6_SPECIAL.map((named) => named.cidr);
+  for (const embedding of IPV6_EMBEDDING) {
+    if (embedding.cidr.startsWith('::ffff:')) continue;
+    const outer = toRange(embedding, 6);
+    for (const inner of IPV4_RANGES) {
+      const base = outer.base | (inner.base << BigInt(embedding.ipv4At));
+      ipv6.push(`${bigIntToIpv6(base)}/${outer.bits + inner.bits}`);
+    }
+  }
+  return { ipv4: IPV4_SPECIAL.map((named) => named.cidr), ipv6 };
+}

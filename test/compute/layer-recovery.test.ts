@@ -4,6 +4,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { testJail } from '../support/jail';
 import { QemuMachineHost } from '../../src/compute/qemu-machine-host';
 import { createDisk, createOverlay } from '../../src/compute/qemu';
 
@@ -21,7 +22,7 @@ describe('disk layers after an interrupted run', () => {
 
   beforeEach(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'kiste-layers-'));
-    host = new QemuMachineHost({ dataDir, imagesDir: join(dataDir, 'images'), accelerator: 'tcg', logger: silent });
+    host = new QemuMachineHost({ dataDir, imagesDir: join(dataDir, 'images'), accelerator: 'tcg', logger: silent, jail: testJail(dataDir, join(dataDir, 'images')) });
     mkdirSync(join(dataDir, 'images'));
     await createDisk(join(dataDir, 'images', 'base.qcow2'), 16 << 20);
     await createOverlay(join(dataDir, 'images', 'base.qcow2'), layer('m-0.qcow2'));

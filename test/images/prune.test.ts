@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pruneImageVersions } from '../../images';
 import { createDisk, createOverlay } from '../../src/compute/qemu';
+import { testJail } from '../support/jail';
 import { QemuMachineHost } from '../../src/compute/qemu-machine-host';
 
 const HOUR = 3600_000;
@@ -52,7 +53,7 @@ describe('image version pruning', () => {
       await createDisk(join(images, version, 'disk.qcow2'), 16 << 20);
     }
     writeFileSync(join(images, 'latest.json'), JSON.stringify({ minimal: { version: latest } }));
-    const host = new QemuMachineHost({ dataDir, imagesDir: images, accelerator: 'tcg', logger: { info: () => undefined, warn: () => undefined } });
+    const host = new QemuMachineHost({ dataDir, imagesDir: images, accelerator: 'tcg', logger: { info: () => undefined, warn: () => undefined }, jail: testJail(dataDir, images) });
     // a machine made from the old image, checkpointed once: its chain reaches the old image two layers down
     await createOverlay(join(images, old, 'disk.qcow2'), join(dataDir, 'layers', 'm-0.qcow2'));
     await createOverlay(join(dataDir, 'layers', 'm-0.qcow2'), join(dataDir, 'layers', 'm-1.qcow2'));

@@ -15,6 +15,7 @@ import { createServices, Services, type ServiceOptions } from '../../src/service
 import type { Account } from '../../src/store/prisma';
 import { checkContract } from './contract';
 import { openTestDatabase } from './database';
+import { testUidBase } from './jail';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
@@ -44,7 +45,11 @@ export interface TestServiceOptions {
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
   const database = await openTestDatabase();
   const dataDir = mkdtempSync(join(tmpdir(), 'kiste-test-'));
-  const config = loadConfig({ KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000', ...options.env });
+  const config = loadConfig({
+    KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000',
+    KISTE_MACHINE_UID_BASE: String(testUidBase()), // network rules of its own (see support/jail.ts)
+    ...options.env,
+  });
   const services = createServices(config, database, {
     clock: options.clock,
     deletionSteps: options.deletionSteps,
@@ -67,6 +72,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     config,
     api,
     async close() {
+      await services.machineJail.unloadFirewall();
       await database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

@@ -1,11 +1,15 @@
 // Where one machine's runtime files live: everything in one directory per machine, so that
 // "the machine's directory is gone" is a clear signal that its QEMU (if any) is an orphan, and
-// deleting a machine is one recursive remove. Short names: unix socket paths are limited to 107
-// bytes, so the directory path itself should stay well under ~90 bytes.
+// deleting a machine is one recursive remove. What QEMU itself makes (sockets, pid file, serial
+// log, RAM file) lies in `run/`, the only folder its jail user may write to while it starts (see
+// src/compute/jail); the rest is the service's. Short names: unix socket paths are limited to 107
+// bytes, so the directory path itself should stay well under ~85 bytes.
 import { join } from 'node:path';
 
 export interface MachineFiles {
   dir: string;
+  /** What QEMU makes. */
+  runDir: string;
   qmpSocket: string;
   agentSocket: string;
   /** Guest serial console (ttyS0), appended across boots and restores. */
@@ -20,14 +24,16 @@ export interface MachineFiles {
 }
 
 export function machineFiles(dir: string): MachineFiles {
+  const runDir = join(dir, 'run');
   return {
     dir,
-    qmpSocket: join(dir, 'qmp.sock'),
-    agentSocket: join(dir, 'agent.sock'),
-    serialLog: join(dir, 'serial.log'),
-    pidFile: join(dir, 'qemu.pid'),
+    runDir,
+    qmpSocket: join(runDir, 'qmp.sock'),
+    agentSocket: join(runDir, 'agent.sock'),
+    serialLog: join(runDir, 'serial.log'),
+    pidFile: join(runDir, 'qemu.pid'),
     qemuLog: join(dir, 'qemu.log'),
-    memoryFile: join(dir, 'memory.ram'),
+    memoryFile: join(runDir, 'memory.ram'),
     stateFile: join(dir, 'memory.state'),
   };
 }

@@ -8,7 +8,7 @@
 // sends its stderr to /dev/null after startup (QEMU's late fatal errors, e.g. a KVM MSR abort, would
 // be lost) and chdirs to /.
 //
-// Identity: every machine's QEMU runs with `-name kiste-<id>` and `-pidfile <machine dir>/qemu.pid`.
+// Identity: every machine's QEMU runs with `-name kiste-<id>` and `-pidfile <machine dir>/run/qemu.pid`.
 // A pid from a pid file is only trusted after /proc/<pid>/cmdline shows both (pids are reused), and
 // orphan reaping only considers processes whose pid file lies under the given machines root, so
 // other QEMUs on the host (and other test runs) are never touched.
@@ -223,7 +223,7 @@ export interface QemuProcessInfo {
   pid: number;
   machineId: string;
   pidFile: string | undefined;
-  /** The directory of the pid file: the machine's directory. */
+  /** The directory of the pid file (inside the machine's directory). */
   machineDir: string | undefined;
 }
 

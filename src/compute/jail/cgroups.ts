@@ -1,0 +1,121 @@
+// CPU and memory limits per machine, from cgroups: v2 (the unified hierarchy of ordinary hosts) or
+// v1 (cpu, memory and pids controllers mounted apart, as on the development hosts), whichever this
+// host has and lets us write. Every machine gets a group `kiste/<id>`:
+//   CPU    weight in proportion to its vcpu (v2 cpu.weight 100 per vcpu, v1 cpu.shares 1024 per
+//          vcpu) and a quota of vcpu + 0.5 CPUs (the half for QEMU's own threads: main loop, I/O,
+//          the user-mode network), so a busy machine cannot take its neighbours' CPUs;
+//   memory a ceiling of memory_mib plus QEMU's overhead (see MEMORY_OVERHEAD_MIB);
+//   pids   at most MAX_TASKS threads (QEMU cannot fork: its seccomp sandbox denies it).
+// Where no hierarchy is writable (a container without delegation), machines run without limits
+// and the service says so at start (MachineLimits.mode.reason).
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TCG_CODE_CACHE_MIB } from '../qemu/command-line';
+
+/** QEMU beside guest RAM: its own heap, device models, the user network, and TCG's code cache. */
+export const MEMORY_OVERHEAD_MIB = 256 + TCG_CODE_CACHE_MIB;
+const MAX_TASKS = 512;
+const CPU_PERIOD_US = 100_000;
+const GROUP = 'kiste';
+
+export type CgroupMode =
+  | { kind: 'v2'; root: string }
+  | { kind: 'v1'; cpu: string; memory: string; pids: string | null }
+  | { kind: 'none'; reason: string };
+
+export interface MachineShapeLimits {
+  vcpu: number;
+  memoryMib: number;
+}
+
+/** Which cgroup hierarchy this host offers us, after making (or finding) the `kiste` group. */
+export function detectCgroups(base = '/sys/fs/cgroup'): CgroupMode {
+  try {
+    if (existsSync(join(base, 'cgroup.controllers'))) {
+      const available = readFileSync(join(base, 'cgroup.controllers'), 'utf8').split(/\s+/);
+      const missing = ['cpu', 'memory', 'pids'].filter((name) => !available.includes(name));
+      if (missing.length) return { kind: 'none', reason: `cgroup v2 without the ${missing.join(', ')} controller(s)` };
+      const root = join(base, GROUP);
+      writeFileSync(join(base, 'cgroup.subtree_control'), '+cpu +memory +pids');
+      mkdirSync(root, { recursive: true });
+      writeFileSync(join(root, 'cgroup.subtree_control'), '+cpu +memory +pids');
+      return { kind: 'v2', root };
+    }
+    const cpu = join(base, 'cpu');
+    const memory = join(base, 'memory');
+    if (existsSync(join(cpu, 'cpu.shares')) && existsSync(join(memory, 'memory.limit_in_bytes'))) {
+      const pids = existsSync(join(base, 'pids', 'pids.max')) ? join(base, 'pids', GROUP) : null;
+      for (const dir of [join(cpu, GROUP), join(memory, GROUP), ...(pids ? [pids] : [])]) mkdirSync(dir, { recursive: true });
+      return { kind: 'v1', cpu: join(cpu, GROUP), memory: join(memory, GROUP), pids };
+    }
+    return { kind: 'none', reason: `no cgroup v2 or v1 cpu and memory hierarchy under ${base}` };
+  } catch (error) {
+    return { kind: 'none', reason: `cgroups are not writable here (${(error as Error).message})` };
+  }
+}
+
+export class MachineLimits {
+  constructor(readonly mode: CgroupMode) {}
+
+  /**
+   * Makes the machine's group with its limits (again, if a stale one is there) and returns the
+   * files its QEMU's pid must be written to before QEMU runs.
+   */
+  apply(id: string, shape: MachineShapeLimits): string[] {
+    const memoryBytes = (shape.memoryMib + MEMORY_OVERHEAD_MIB) * 1048576;
+    const quotaUs = Math.round((shape.vcpu + 0.5) * CPU_PERIOD_US);
+    const mode = this.mode;
+    if (mode.kind === 'v2') {
+      const dir = ensure(join(mode.root, id));
+      write(dir, 'cpu.weight', String(Math.min(10_000, 100 * shape.vcpu)));
+      write(dir, 'cpu.max', `${quotaUs} ${CPU_PERIOD_US}`);
+      write(dir, 'memory.max', String(memoryBytes));
+      write(dir, 'memory.swap.max', '0');
+      write(dir, 'pids.max', String(MAX_TASKS));
+      return [join(dir, 'cgroup.procs')];
+    }
+    if (mode.kind === 'v1') {
+      const cpu = ensure(join(mode.cpu, id));
+      write(cpu, 'cpu.shares', String(1024 * shape.vcpu));
+      write(cpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
+      write(cpu, 'cpu.cfs_quota_us', String(quotaUs));
+      const memory = ensure(join(mode.memory, id));
+      write(memory, 'memory.limit_in_bytes', String(memoryBytes));
+      const procs = [join(cpu, 'cgroup.procs'), join(memory, 'cgroup.procs')];
+      if (mode.pids) {
+        const pids = ensure(join(mode.pids, id));
+        write(pids, 'pids.max', String(MAX_TASKS));
+        procs.push(join(pids, 'cgroup.procs'));
+      }
+      return procs;
+    }
+    return [];
+  }
+
+  /** Removes the machine's groups once its QEMU is gone (a group with tasks stays). */
+  remove(id: string): void {
+    const mode = this.mode;
+    const dirs = mode.kind === 'v2' ? [join(mode.root, id)] : mode.kind === 'v1' ? [mode.cpu, mode.memory, ...(mode.pids ? [mode.pids] : [])].map((root) => join(root, id)) : [];
+    for (const dir of dirs) {
+      try {
+        rmdirSync(dir);
+      } catch {
+        // not there, or still has tasks (a QEMU that is still exiting): removed next time
+      }
+    }
+  }
+
+  /** The memory ceiling a machine gets, in bytes (null without limits). */
+  memoryCeilingBytes(memoryMib: number): number | null {
+    return this.mode.kind === 'none' ? null : (memoryMib + MEMORY_OVERHEAD_MIB) * 1048576;
+  }
+}
+
+function ensure(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+function write(dir: string, file: string, value: string): void {
+  writeFileSync(join(dir, file), value);
+}

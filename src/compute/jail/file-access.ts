@@ -1,0 +1,45 @@
+// Who of the jail may open which file, with POSIX ACLs (setfacl: Node has no ACL call). A jail user
+// gets exactly what its QEMU needs: passage through the folders on the way (never a listing), its
+// own disk layers read-write, layers it shares with the machine it was forked from read-only.
+import { execFile } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+export type Grantee = { uid: number } | { gid: number };
+
+function entry(who: Grantee): string {
+  return 'uid' in who ? `u:${who.uid}` : `g:${who.gid}`;
+}
+
+/** Adds (or changes) ACL entries: `perms` is `x`, `r` or `rw`. */
+export function grant(paths: string[], who: Grantee, perms: 'x' | 'r' | 'rw'): Promise<void> {
+  return paths.length ? setfacl(['-m', `${entry(who)}:${perms}`, '--', ...paths]) : Promise.resolve();
+}
+
+/** Removes a user's or group's ACL entries (none there is fine). */
+export function revoke(paths: string[], who: Grantee): Promise<void> {
+  return paths.length ? setfacl(['-x', entry(who), '--', ...paths]) : Promise.resolve();
+}
+
+/**
+ * Lets `who` pass through every folder from `path` up to `/` that others may not pass through
+ * (e.g. /root, or a 0700 data folder): an ACL entry with `x` only, so nothing can be listed.
+ */
+export async function grantPassage(path: string, who: Grantee): Promise<string[]> {
+  const closed: string[] = [];
+  for (let dir = path; ; dir = dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) closed.push(dir);
+    if (dir === dirname(dir)) break;
+  }
+  await grant(closed, who, 'x');
+  return closed;
+}
+
+function setfacl(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile('setfacl', args, { timeout: 10_000 }, (error, _stdout, stderr) => {
+      if (error) reject(new Error(`setfacl ${args.join(' ')}: ${(stderr || error.message).trim()}`));
+      else resolve();
+    });
+  });
+}

@@ -1,0 +1,248 @@
+// The jail every machine's QEMU runs in, so that a guest (or a QEMU it has taken over) reaches
+// nothing of the host:
+// - a user of its own: uid `uidBase + n` (n from 1 to 65535, chosen at random among the free ones and
+//   kept in the machine's folder), group `uidBase`; no passwd entry is needed. QEMU never runs as
+//   root: setpriv drops to that user (no supplementary groups, no capabilities, no_new_privs)
+//   before QEMU starts, and QEMU's seccomp sandbox keeps it from exec'ing or changing users;
+// - its files only: the machine's folder is root's, passable by its user alone; inside, `run/`
+//   holds what QEMU makes (sockets, pid file, serial log, RAM file) and is the user's only while
+//   QEMU starts: before the guest runs a single instruction the folder goes back to root, so the
+//   service can trust the paths it connects to there. Disk layers are the user's own (mode 0600);
+//   layers shared with the machine it was forked from are readable through an ACL entry; images
+//   are public (world-readable); every folder on the way is passable, never listable;
+// - its network: the egress rules (egress-rules.ts) for the whole uid range;
+// - its share of the host: cgroup limits (cgroups.ts).
+// The service checks all of this at start (problem()) and refuses to start machines without it.
+import { execFileSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { StartOptions } from '../qemu/qemu-process';
+import { shellQuote } from '../../shell-quote';
+import { detectCgroups, MachineLimits, type CgroupMode, type MachineShapeLimits } from './cgroups';
+import type { EgressMode } from './egress-rules';
+import { resolversOf } from './egress-rules';
+import { grant, grantPassage, revoke } from './file-access';
+import { HostFirewall } from './host-firewall';
+import type { Cidr } from '../../net/special-addresses';
+
+/** Users per installation: uidBase + 1 … uidBase + USERS. */
+const USERS = 65_535;
+const USER_FILE = 'jail-user';
+
+export interface JailUser {
+  uid: number;
+  gid: number;
+}
+
+export interface JailProblem {
+  reason: string;
+  hint: string;
+}
+
+export interface JailSettings {
+  /** The folders the jail users pass through (data, machines, layers, images). */
+  machinesDir: string;
+  layersDir: string;
+  passThrough: string[];
+  uidBase: number;
+  egress: { mode: EgressMode; allow: Cidr[] };
+  logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
+}
+
+/** What the machine host asks of the jail; QemuMachineHost depends on this, not on HostJail. */
+export interface MachineJail {
+  /** Null once the host is ready to run jailed machines; else why not and what to do. */
+  problem(): Promise<JailProblem | null>;
+  /** A new machine's folders and user. */
+  admit(id: string): Promise<JailUser>;
+  userOf(id: string): JailUser;
+  /** The file becomes the machine's own disk layer: read-write for its user, nobody else. */
+  ownLayer(id: string, file: string): void;
+  /** Its user may read these layers (the chain it shares with the machine it was forked from). */
+  shareLayers(id: string, files: string[]): Promise<void>;
+  /** At delete: layers another chain still uses lose every access of this machine's user. */
+  releaseLayers(id: string, files: string[]): Promise<void>;
+  /** Before QEMU starts: limits applied, run folder handed to the user; the launch wrapper. */
+  beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>>;
+  /** After QEMU has made its sockets and before the guest runs: the run folder is root's again. */
+  seal(id: string): Promise<void>;
+  /** After QEMU is gone. */
+  afterStop(id: string): void;
+}
+
+export class HostJail implements MachineJail {
+  private readonly firewall: HostFirewall;
+  private readonly gid: number;
+  private limits: MachineLimits | undefined;
+  private prepared: Promise<JailProblem | null> | undefined;
+
+  constructor(private readonly settings: JailSettings) {
+    this.gid = settings.uidBase;
+    this.firewall = new HostFirewall({
+      table: `kiste_${settings.uidBase}`,
+      uids: { first: settings.uidBase + 1, last: settings.uidBase + USERS },
+      mode: settings.egress.mode,
+      allow: settings.egress.allow,
+      resolvers: readResolvers(),
+    });
+  }
+
+  /** Prepares the host once (firewall, folders, cgroups) and tells what is missing. */
+  problem(): Promise<JailProblem | null> {
+    this.prepared ??= this.prepare();
+    return this.prepared;
+  }
+
+  /** Cgroup mode chosen at prepare (none until then). */
+  limitsMode(): CgroupMode | undefined {
+    return this.limits?.mode;
+  }
+
+  private async prepare(): Promise<JailProblem | null> {
+    if (process.getuid?.() !== 0) {
+      return { reason: 'kiste is not running as root, so it cannot run machines as users of their own', hint: 'Start kiste as root (it also builds images and drives QEMU).' };
+    }
+    for (const [tool, pkg] of [['nft', 'nftables'], ['setfacl', 'acl'], ['setpriv', 'util-linux']] as const) {
+      if (!onPath(tool)) return { reason: `${tool} is not installed`, hint: `Install it: apt-get install ${pkg}` };
+    }
+    const taken = usersInRange(this.settings.uidBase, USERS);
+    if (taken.length) {
+      return { reason: `uids ${this.settings.uidBase}–${this.settings.uidBase + USERS} hold existing users (${taken.slice(0, 3).join(', ')})`, hint: 'Choose another KISTE_MACHINE_UID_BASE.' };
+    }
+    try {
+      await this.firewall.load();
+    } catch (error) {
+      return { reason: `the machines' network rules could not be loaded: ${(error as Error).message}`, hint: 'kiste needs nftables and CAP_NET_ADMIN (run it as root on the host, not in an unprivileged container).' };
+    }
+    try {
+      for (const dir of [this.settings.machinesDir, this.settings.layersDir]) {
+        mkdirSync(dir, { recursive: true });
+        chmodSync(dir, 0o700); // passable by the jail group through the ACL, listable by nobody else
+      }
+      for (const dir of this.settings.passThrough) {
+        const opened = await grantPassage(dir, { gid: this.gid });
+        if (opened.length) this.settings.logger.info({ folders: opened, gid: this.gid }, 'machine users may pass through these folders (ACL, no listing)');
+      }
+    } catch (error) {
+      return { reason: `the machine users cannot be given their files: ${(error as Error).message}`, hint: 'Keep KISTE_DATA_DIR on a file system with POSIX ACLs (ext4, xfs, btrfs, tmpfs).' };
+    }
+    this.limits = new MachineLimits(detectCgroups());
+    const mode = this.limits.mode;
+    if (mode.kind === 'none') this.settings.logger.warn({ reason: mode.reason }, 'machines run without CPU and memory limits');
+    else this.settings.logger.info({ cgroups: mode.kind }, 'machine CPU and memory limits from cgroups');
+    return null;
+  }
+
+  async admit(id: string): Promise<JailUser> {
+    const dir = this.machineDir(id);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    // Allocation and record happen in one synchronous stretch: no other admit can interleave.
+    const user = existsSync(join(dir, USER_FILE)) ? this.userOf(id) : this.allocate(dir);
+    const run = join(dir, 'run');
+    mkdirSync(run, { recursive: true, mode: 0o700 });
+    await grant([dir, run], { uid: user.uid }, 'x');
+    return user;
+  }
+
+  userOf(id: string): JailUser {
+    const uid = Number(readFileSync(join(this.machineDir(id), USER_FILE), 'utf8'));
+    if (!Number.isInteger(uid) || uid <= this.settings.uidBase || uid > this.settings.uidBase + USERS) throw new Error(`machine ${id} has no valid jail user`);
+    return { uid, gid: this.gid };
+  }
+
+  ownLayer(id: string, file: string): void {
+    const user = this.userOf(id);
+    chownSync(file, user.uid, user.gid);
+    chmodSync(file, 0o600);
+  }
+
+  async shareLayers(id: string, files: string[]): Promise<void> {
+    await grant(files, { uid: this.userOf(id).uid }, 'r');
+  }
+
+  async releaseLayers(id: string, files: string[]): Promise<void> {
+    const user = this.userOf(id);
+    const kept = files.filter((file) => existsSync(file));
+    for (const file of kept) if (lstatSync(file).uid === user.uid) chownSync(file, 0, 0);
+    await revoke(kept, { uid: user.uid });
+  }
+
+  async beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>> {
+    const problem = await this.problem();
+    if (problem) throw new Error(`${problem.reason}. ${problem.hint}`);
+    if (await this.firewall.ensure()) this.settings.logger.warn({ machine: id }, "the machines' network rules were gone (another tool replaced the ruleset?); loaded them again");
+    const user = this.userOf(id);
+    chownSync(join(this.machineDir(id), 'run'), user.uid, user.gid);
+    const procs = this.limits!.apply(id, shape);
+    const dropToUser = ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all', '--'];
+    // The shell puts itself (the pid QEMU will have) into the machine's groups, then becomes setpriv,
+    // which becomes QEMU: limits hold from QEMU's first allocation on.
+    const join_ = procs.map((file) => `echo $$ > ${shellQuote(file)} || exit 125; `).join('');
+    return (command, args) => ({ command: '/bin/sh', args: ['-c', `${join_}exec "$@"`, 'kiste-jail', ...dropToUser, command, ...args] });
+  }
+
+  async seal(id: string): Promise<void> {
+    chownSync(join(this.machineDir(id), 'run'), 0, 0);
+  }
+
+  afterStop(id: string): void {
+    this.limits?.remove(id);
+  }
+
+  /** Test and tear-down use: removes this installation's network rules. */
+  unloadFirewall(): Promise<void> {
+    return this.firewall.unload();
+  }
+
+  private allocate(dir: string): JailUser {
+    const used = new Set<number>();
+    for (const other of readdirSync(this.settings.machinesDir)) {
+      try {
+        used.add(Number(readFileSync(join(this.settings.machinesDir, other, USER_FILE), 'utf8')));
+      } catch {
+        // a machine folder without a user yet
+      }
+    }
+    if (used.size >= USERS) throw new Error('no free machine user left');
+    let uid: number;
+    do uid = this.settings.uidBase + randomInt(1, USERS + 1);
+    while (used.has(uid));
+    writeFileSync(join(dir, USER_FILE), String(uid), { mode: 0o600 });
+    return { uid, gid: this.gid };
+  }
+
+  private machineDir(id: string): string {
+    return join(this.settings.machinesDir, id);
+  }
+}
+
+function readResolvers(): string[] {
+  try {
+    return resolversOf(readFileSync('/etc/resolv.conf', 'utf8'));
+  } catch {
+    return [];
+  }
+}
+
+function onPath(tool: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Names of passwd entries whose uid lies in the range (they would share a machine's rights). */
+function usersInRange(base: number, count: number): string[] {
+  try {
+    return readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .map((line) => line.split(':'))
+      .filter((fields) => Number(fields[2]) >= base && Number(fields[2]) <= base + count)
+      .map((fields) => fields[0]!);
+  } catch {
+    return [];
+  }
+}
