@@ -25,6 +25,11 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
+  // The host must jail machines (own users, network rules, limits) before any starts; without it
+  // the service still serves the API and machines that run, but starts none (K09).
+  const jailProblem = await services.machineHost.isolationProblem();
+  if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: no machine will start');
+  else logger.info({ uids: `${config.machineUidBase + 1}-${config.machineUidBase + 65_535}`, egress: config.machineEgress.mode, allow: config.machineEgress.allow.map((c) => c.cidr) }, 'machine jail ready');
   await services.instances.reconcile();
   void prepareImage(services, config, logger);
   const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
