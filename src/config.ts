@@ -68,9 +68,14 @@ function cidrList(name: string, value: string | undefined): Cidr[] {
   });
 }
 
-/** Default 1000000000: far above the uids of people and system services, and of subuid ranges. */
+/**
+ * Default 0x70000000 (1879048192): above people, system services, systemd's dynamic users and its
+ * container range (524288–1879048191), below its foreign range (0x7FFE0000) and 2^31.
+ */
+export const DEFAULT_MACHINE_UID_BASE = 0x7000_0000;
+
 function uidBase(value: string | undefined): number {
-  const base = positiveInt('KISTE_MACHINE_UID_BASE', value, 1_000_000_000);
+  const base = positiveInt('KISTE_MACHINE_UID_BASE', value, DEFAULT_MACHINE_UID_BASE);
   if (base < 65_536 || base + 65_535 >= 2 ** 32 - 1) throw new ConfigError(`KISTE_MACHINE_UID_BASE must lie between 65536 and ${2 ** 32 - 65_537}, got ${base}`);
   return base;
 }

@@ -2,9 +2,14 @@
 // is a file in one folder, so a live fork can make the source's old top the shared backing of
 // both machines without either machine's folder owning it. A layer is removed only when no
 // remaining machine's chain uses it (images are never removed here).
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { backingChain } from './qemu';
+import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { qcow2Header } from './qemu';
+
+/** Layer files are `<machine id>-<n>.qcow2`: the machine whose disk made them. */
+const LAYER_NAME = /^([A-Za-z0-9_-]{1,64})-(\d+)\.qcow2$/;
+/** No chain is longer (checkpoints and forks are compacted long before). */
+const MAX_CHAIN = 64;
 
 export interface DiskState {
   /** File name (in the layers folder) of the machine's active top layer. */
@@ -21,7 +26,11 @@ export interface DiskState {
 }
 
 export class LayerStore {
-  constructor(readonly dir: string) {}
+  /** `imagesDir`: where the image disks that chains end on live. */
+  constructor(
+    readonly dir: string,
+    private readonly imagesDir: string,
+  ) {}
 
   path(name: string): string {
     return join(this.dir, name);
@@ -44,9 +53,44 @@ export class LayerStore {
     return (await this.filesOf(active)).filter((file) => file.startsWith(this.dir + '/'));
   }
 
-  /** Every file (absolute) of a chain, top first, down to the image's disk. */
+  /**
+   * Every file (absolute) of a chain, top first, down to the image's disk. A machine's QEMU can
+   * write the headers of its own layers, so the chain is walked one header at a time and every
+   * backing name must be a layer of this store or a file of the image folder (a regular file, not
+   * a link) before anything opens it.
+   */
   async filesOf(active: string): Promise<string[]> {
-    return (await backingChain(this.path(active))).map((layer) => layer.filename);
+    const files: string[] = [];
+    for (let file: string | undefined = this.path(active); file; ) {
+      this.checkChainFile(file);
+      if (files.length >= MAX_CHAIN || files.includes(file)) throw new Error(`the disk chain of ${active} is longer than ${MAX_CHAIN} or loops`);
+      files.push(file);
+      const header = await qcow2Header(file);
+      const backing = header['backing-filename'];
+      file = backing ? resolve(dirname(file), backing) : undefined;
+    }
+    return files;
+  }
+
+  /** The file a layer backs onto (null: none), checked like every chain file. */
+  async backingOf(file: string): Promise<string | null> {
+    this.checkChainFile(file);
+    const backing = (await qcow2Header(file))['backing-filename'];
+    if (!backing) return null;
+    const resolved = resolve(dirname(file), backing);
+    this.checkChainFile(resolved);
+    return resolved;
+  }
+
+  /** A layer this machine's disk made (`<id>-<n>.qcow2` in this store), not someone else's. */
+  isOwnLayer(id: string, file: string): boolean {
+    return dirname(file) === this.dir && LAYER_NAME.exec(basename(file))?.[1] === id;
+  }
+
+  private checkChainFile(file: string): void {
+    const inImages = relative(this.imagesDir, file);
+    const ours = (dirname(file) === this.dir && LAYER_NAME.test(basename(file))) || (inImages !== '' && !inImages.startsWith('..') && !isAbsolute(inImages));
+    if (!ours || !lstatSync(file, { throwIfNoEntry: false })?.isFile()) throw new Error(`disk chain names ${JSON.stringify(file)}, which is not a kiste layer or image disk`);
   }
 
   /** Every layer file (absolute) the chains of these active layers use. */

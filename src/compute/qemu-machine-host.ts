@@ -1,7 +1,7 @@
 // MachineHost on this host's QEMU: images from the image store, one detached QEMU per machine
 // (it outlives the service; a restart adopts it), the guest agent over virtio-serial, guest RAM in
 // a file so a memory session saves and resumes in well under a second.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, openSync, readSync, closeSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { connect } from 'node:net';
 import { basename, isAbsolute, join, relative, sep } from 'node:path';
@@ -16,7 +16,6 @@ import {
   activeLayer,
   addDirtyBitmap,
   adoptMachine,
-  backingChain,
   chainNodes,
   commitIntoBase,
   createOverlay,
@@ -80,7 +79,7 @@ export class QemuMachineHost implements MachineHost {
     this.jail = options.jail;
     const folders = machineHostFolders(options.dataDir);
     this.machinesDir = folders.machines;
-    this.layers = new LayerStore(folders.layers);
+    this.layers = new LayerStore(folders.layers, options.imagesDir);
     mkdirSync(this.machinesDir, { recursive: true });
     mkdirSync(this.layers.dir, { recursive: true });
   }
@@ -144,7 +143,7 @@ export class QemuMachineHost implements MachineHost {
       }
       this.jail.ownLayer(targetId, this.layers.path(forkActive));
       // The copy reads what it shares with the source: every layer under its own (images are public).
-      await this.jail.shareLayers(targetId, (await this.layers.layersOf(forkActive)).slice(1));
+      await this.jail.shareLayers(targetId, sourceId, (await this.layers.layersOf(forkActive)).slice(1));
       this.layers.writeState(targetDir, { active: forkActive, hostKeysGenerated: false });
     });
   }
@@ -191,7 +190,7 @@ export class QemuMachineHost implements MachineHost {
     const files = machineFiles(this.machineDir(id));
     await this.exclusive(id, () =>
       this.jailed(id, shape, async (start) => {
-        const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeContinue: () => this.jail.seal(id) });
+        const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeLoad: () => this.jail.seal(id) });
         this.running.set(id, machine);
         await trackChanges(machine);
       }),
@@ -256,7 +255,7 @@ export class QemuMachineHost implements MachineHost {
     const machine = await this.machine(id);
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
-      const active = machine ? basename((await activeLayer(machine.qmp)).file) : await this.settledOffline(state);
+      const active = machine ? await this.runningTop(id, machine, state.active) : await this.settledOffline(state);
       if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { ...state, active, pending: undefined });
     }
     return machine !== undefined;
@@ -305,10 +304,9 @@ export class QemuMachineHost implements MachineHost {
       if (!(await this.layers.release(state.active, await this.activeLayers(id)))) {
         this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
       }
-      // Layers another machine still uses outlive this one: its user (which a new machine may get) loses them.
-      await this.jail.releaseLayers(id, chain).catch((error: Error) =>
-        this.options.logger.warn({ err: error, machine: id }, 'access to kept disk layers could not be withdrawn'),
-      );
+      // Layers another machine still uses outlive this one: its user (which a new machine may get)
+      // loses them; until it has, the folder (and with it the user) stays, and the delete fails.
+      await this.jail.releaseLayers(id, chain);
     }
     rmSync(this.machineDir(id), { recursive: true, force: true });
   }
@@ -325,13 +323,20 @@ export class QemuMachineHost implements MachineHost {
 
   async consoleTail(id: string, lines: number): Promise<string> {
     const file = machineFiles(this.machineDir(id)).serialLog;
-    if (!existsSync(file)) return '';
-    const size = statSync(file).size;
-    const length = Math.min(size, lines * 512, 4 << 20); // enough bytes for the lines asked for
-    const buffer = Buffer.alloc(length);
-    const fd = openSync(file, 'r');
+    let fd: number;
     try {
-      readSync(fd, buffer, 0, length, size - length);
+      // QEMU's file: opened only as a regular file, never through a link or into a FIFO.
+      fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    } catch {
+      return '';
+    }
+    let buffer: Buffer;
+    try {
+      const stat = fstatSync(fd);
+      if (!stat.isFile()) return '';
+      const length = Math.min(stat.size, lines * 512, 4 << 20); // enough bytes for the lines asked for
+      buffer = Buffer.alloc(length);
+      readSync(fd, buffer, 0, length, stat.size - length);
     } finally {
       closeSync(fd);
     }
@@ -412,10 +417,23 @@ export class QemuMachineHost implements MachineHost {
       const shared = await this.layers.usedBy(await this.activeLayers(id), { strict: true }); // unreadable: merge nothing
       const merge = nextMerge(frozen.map((layer) => layer.file), shared);
       if (!merge) return;
+      // The names come from QEMU: merge (and remove) only layers this machine's disk made.
+      if (!this.layers.isOwnLayer(id, merge.upper) || !this.layers.isOwnLayer(id, merge.lower)) {
+        this.options.logger.warn({ machine: id, merge }, 'QEMU names layers that are not this machine\'s; not compacting');
+        return;
+      }
       const byFile = new Map(frozen.map((layer) => [layer.file, layer.node]));
       await commitIntoBase(machine.qmp, { jobId: 'compact', topNode: byFile.get(merge.upper)!, baseNode: byFile.get(merge.lower)! });
       rmSync(merge.upper, { force: true }); // out of the chain now: the layer above backs onto merge.lower
     }
+  }
+
+  /** The layer a running machine writes to, as QMP names it: only one of its own layers is believed. */
+  private async runningTop(id: string, machine: QemuMachine, recorded: string): Promise<string> {
+    const file = (await activeLayer(machine.qmp)).file;
+    if (this.layers.isOwnLayer(id, file)) return basename(file);
+    this.options.logger.warn({ machine: id, file }, 'QEMU names a top layer that is not this machine\'s; keeping the recorded one');
+    return recorded;
   }
 
   /** Which file is the top of a stopped machine's disk, after a run that may have died mid-switch. */
@@ -423,8 +441,8 @@ export class QemuMachineHost implements MachineHost {
     if (!state.pending) return state.active;
     const pending = this.layers.path(state.pending);
     if (existsSync(pending)) {
-      const chain = await backingChain(pending).catch(() => []);
-      if (chain[1]?.filename === this.layers.path(state.active)) return state.pending; // QEMU had switched
+      const below = await this.layers.backingOf(pending).catch(() => null);
+      if (below === this.layers.path(state.active)) return state.pending; // QEMU had switched
       rmSync(pending, { force: true });
     }
     return state.active;
@@ -435,6 +453,7 @@ export class QemuMachineHost implements MachineHost {
    * whatever happens, the run folder is sealed again and a QEMU that did not start leaves no limits.
    */
   private async jailed(id: string, shape: MachineShape, work: (start: Pick<StartOptions, 'launch' | 'logFile'>) => Promise<void>): Promise<void> {
+    if (!this.jail.hasUser(id)) await this.adoptIntoJail(id);
     const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib });
     try {
       await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog });
@@ -444,6 +463,15 @@ export class QemuMachineHost implements MachineHost {
     } finally {
       await this.jail.seal(id);
     }
+  }
+
+  /** A machine made before machines were jailed: a user of its own, its layers its own or shared. */
+  private async adoptIntoJail(id: string): Promise<void> {
+    await this.jail.admit(id);
+    const chain = await this.layers.layersOf(this.diskState(id).active);
+    // Layers it shares with a machine it was forked from stay as they were made then (world-readable).
+    for (const file of chain.filter((layer) => this.layers.isOwnLayer(id, layer))) this.jail.ownLayer(id, file);
+    this.options.logger.info({ machine: id, uid: this.jail.userOf(id).uid }, 'machine made before the jail now has a user of its own');
   }
 
   /** QEMU is gone: forget it and drop its limits. */

@@ -28,7 +28,7 @@ describe('egress rules (text)', () => {
 
   it('matches only the jail uids and drops the host, special ranges and non-global IPv6', () => {
     const text = egressRuleset({ ...base, allow: [parseCidr('198.51.100.7')!] });
-    expect(text).toContain('meta skuid != 10-20 accept');
+    expect(text).toContain('meta skuid 10-20 jump machines');
     expect(text).toMatch(/set resolvers4 \{[^}]*elements = \{ 10\.255\.255\.53 \}/);
     expect(text).toMatch(/set resolvers6 \{[^}]*elements = \{ fd00::53 \}/);
     expect(text).toMatch(/set allowed4 \{[^}]*elements = \{ 198\.51\.100\.7\/32 \}/);
@@ -41,7 +41,7 @@ describe('egress rules (text)', () => {
 
   it('drops everything of the jail users when egress is off', () => {
     const text = egressRuleset({ ...base, mode: 'off', allow: [parseCidr('198.51.100.7')!] });
-    expect(text).toMatch(/meta skuid != 10-20 accept\n\s+counter drop\n\s+\}/);
+    expect(text).toMatch(/chain machines \{\n\s+counter drop\n\s+\}/);
     expect(text).not.toContain('@allowed4 accept');
   });
 

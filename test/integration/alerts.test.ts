@@ -12,6 +12,7 @@ import { AlertStore } from '../../src/store/alerts';
 import { ApiTokenStore } from '../../src/store/api-tokens';
 import { InstanceStore } from '../../src/store/instances';
 import type { Account } from '../../src/store/prisma';
+import { machineFiles } from '../../src/compute/qemu/machine-files';
 import { AgentProcess } from '../agent/harness';
 import { apiKeyFor, bearer, browserFor, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
 import { insertInstance } from '../support/instance-rows';
@@ -428,9 +429,9 @@ describe('disk_almost_full (background check over a real guest agent)', () => {
     const { account, key } = await newAccount(t);
     const instance = await insertInstance(t, account, 'fullbox', 'running');
     // The real agent (agent/dist bundle) listening on the socket the machine host talks to.
-    const machineDir = join(t.config.dataDir, 'machines', instance.id);
-    mkdirSync(machineDir, { recursive: true });
-    agent = await AgentProcess.start({ dir: machineDir });
+    const runDir = machineFiles(join(t.config.dataDir, 'machines', instance.id)).runDir;
+    mkdirSync(runDir, { recursive: true });
+    agent = await AgentProcess.start({ dir: runDir });
     const { disk } = await t.services.machineHost.agent(instance.id).metrics();
     const percent = diskUsagePercent(disk)!;
 

@@ -3,13 +3,14 @@
 // replace each other's network rules.
 import { randomInt } from 'node:crypto';
 import { HostJail } from '../../src/compute/jail';
+import { DEFAULT_MACHINE_UID_BASE } from '../../src/config';
 import { machineHostFolders } from '../../src/compute/qemu-machine-host';
 import type { EgressMode } from '../../src/compute/jail';
 import type { Cidr } from '../../src/net/special-addresses';
 
-/** A uid base of its own for one test service: 1000000000 + 65536·k. */
+/** A uid base of its own for one test service: the default + 65536·k, below systemd's foreign range. */
 export function testUidBase(): number {
-  return 1_000_000_000 + 65_536 * randomInt(1, 16_000);
+  return DEFAULT_MACHINE_UID_BASE + 65_536 * randomInt(1, 4_000);
 }
 
 export function testJail(dataDir: string, imagesDir: string, egress: { mode: EgressMode; allow: Cidr[] } = { mode: 'public', allow: [] }): HostJail {

@@ -70,7 +70,7 @@ export class MachineLimits {
       write(dir, 'cpu.weight', String(Math.min(10_000, 100 * shape.vcpu)));
       write(dir, 'cpu.max', `${quotaUs} ${CPU_PERIOD_US}`);
       write(dir, 'memory.max', String(memoryBytes));
-      write(dir, 'memory.swap.max', '0');
+      if (existsSync(join(dir, 'memory.swap.max'))) write(dir, 'memory.swap.max', '0'); // only with swap accounting
       write(dir, 'pids.max', String(MAX_TASKS));
       return [join(dir, 'cgroup.procs')];
     }

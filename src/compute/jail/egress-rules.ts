@@ -9,7 +9,7 @@
 // connections survive stop and resume. slirp maps its gateway 10.0.2.2 to the host's loopback and
 // QEMU 7.2 has no switch to turn that off; these rules make the mapping lead nowhere.
 //
-// For a jail user's packets, in order:
+// For the packets of a jail user's sockets, in order:
 //   egress off                                   drop everything
 //   to the host's resolvers, port 53 (UDP, TCP)  accept: slirp forwards the guest's DNS (10.0.2.3)
 //                                                to them, even when they sit on loopback or a
@@ -45,7 +45,7 @@ export function egressRuleset(settings: EgressSettings): string {
   const allowed = settings.allow.map((cidr) => cidr.cidr);
   const set = (name: string, type: string, elements: string[]) =>
     `  set ${name} {\n    type ${type}; flags interval; auto-merge;\n${elements.length ? `    elements = { ${elements.join(', ')} }\n` : ''}  }`;
-  const rules: string[] = [`meta skuid != ${settings.uids.first}-${settings.uids.last} accept`];
+  const rules: string[] = [];
   if (settings.mode === 'off') {
     rules.push('counter drop');
   } else {
@@ -73,8 +73,13 @@ export function egressRuleset(settings: EgressSettings): string {
     set('allowed6', 'ipv6_addr', byFamily(6, allowed)),
     set('special4', 'ipv4_addr', special.ipv4),
     set('special6', 'ipv6_addr', special.ipv6),
-    '  chain machines_out {',
+    // Only packets of a jail user's socket jump to the machine rules: packets the kernel sends
+    // without a socket (TCP resets, ICMP errors, neighbour discovery) never match skuid.
+    '  chain output {',
     '    type filter hook output priority filter; policy accept;',
+    `    meta skuid ${settings.uids.first}-${settings.uids.last} jump machines`,
+    '  }',
+    '  chain machines {',
     ...rules.map((rule) => `    ${rule}`),
     '  }',
     '}',

@@ -2,7 +2,7 @@
 // gets exactly what its QEMU needs: passage through the folders on the way (never a listing), its
 // own disk layers read-write, layers it shares with the machine it was forked from read-only.
 import { execFile } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { lstatSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 export type Grantee = { uid: number } | { gid: number };
@@ -14,6 +14,11 @@ function entry(who: Grantee): string {
 /** Adds (or changes) ACL entries: `perms` is `x`, `r` or `rw`. */
 export function grant(paths: string[], who: Grantee, perms: 'x' | 'r' | 'rw'): Promise<void> {
   return paths.length ? setfacl(['-m', `${entry(who)}:${perms}`, '--', ...paths]) : Promise.resolve();
+}
+
+/** Replaces a file's whole ACL (and so its mode): `spec` as setfacl --set takes it. */
+export function setAcl(path: string, spec: string): Promise<void> {
+  return setfacl(['--set', spec, '--', path]);
 }
 
 /** Removes a user's or group's ACL entries (none there is fine). */
@@ -35,11 +40,24 @@ export async function grantPassage(path: string, who: Grantee): Promise<string[]
   return closed;
 }
 
+/** Whether this user owns the file or has read access by an ACL entry (a regular file, not a link). */
+export async function readableBy(file: string, uid: number): Promise<boolean> {
+  const stat = lstatSync(file, { throwIfNoEntry: false });
+  if (!stat?.isFile()) return false;
+  if (stat.uid === uid) return true;
+  const acl = await tool('getfacl', ['-n', '--omit-header', '--', file]);
+  return acl.split('\n').some((line) => new RegExp(`^user:${uid}:r`).test(line));
+}
+
 function setfacl(args: string[]): Promise<void> {
+  return tool('setfacl', args).then(() => undefined);
+}
+
+function tool(command: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile('setfacl', args, { timeout: 10_000 }, (error, _stdout, stderr) => {
-      if (error) reject(new Error(`setfacl ${args.join(' ')}: ${(stderr || error.message).trim()}`));
-      else resolve();
+    execFile(command, args, { timeout: 10_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${command} ${args.join(' ')}: ${(stderr || error.message).trim()}`));
+      else resolve(stdout);
     });
   });
 }

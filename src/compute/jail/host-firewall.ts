@@ -42,6 +42,7 @@ function nft(args: string[], input?: string): Promise<string> {
       if (error) reject(new Error(`nft ${args.join(' ')}: ${(stderr || error.message).trim()}`));
       else resolve(stdout);
     });
+    child.stdin?.on('error', () => undefined); // nft may exit before reading (an error it reports above)
     child.stdin?.end(input ?? '');
   });
 }

@@ -15,14 +15,15 @@
 // The service checks all of this at start (problem()) and refuses to start machines without it.
 import { execFileSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
-import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { StartOptions } from '../qemu/qemu-process';
 import { shellQuote } from '../../shell-quote';
 import { detectCgroups, MachineLimits, type CgroupMode, type MachineShapeLimits } from './cgroups';
 import type { EgressMode } from './egress-rules';
 import { resolversOf } from './egress-rules';
-import { grant, grantPassage, revoke } from './file-access';
+import { grant, grantPassage, readableBy, revoke, setAcl } from './file-access';
+import { RUN_ENTRIES } from '../qemu/machine-files';
 import { HostFirewall } from './host-firewall';
 import type { Cidr } from '../../net/special-addresses';
 
@@ -54,13 +55,18 @@ export interface JailSettings {
 export interface MachineJail {
   /** Null once the host is ready to run jailed machines; else why not and what to do. */
   problem(): Promise<JailProblem | null>;
-  /** A new machine's folders and user. */
+  /** A new machine's folders and user (a machine made before the jail gets them at its next start). */
   admit(id: string): Promise<JailUser>;
+  hasUser(id: string): boolean;
   userOf(id: string): JailUser;
   /** The file becomes the machine's own disk layer: read-write for its user, nobody else. */
   ownLayer(id: string, file: string): void;
-  /** Its user may read these layers (the chain it shares with the machine it was forked from). */
-  shareLayers(id: string, files: string[]): Promise<void>;
+  /**
+   * Its user may read these layers (the chain it shares with the machine `sourceId` it was forked
+   * from): refused when the source's own user may not read one of them, so a fork never gains
+   * access its source did not have.
+   */
+  shareLayers(id: string, sourceId: string, files: string[]): Promise<void>;
   /** At delete: layers another chain still uses lose every access of this machine's user. */
   releaseLayers(id: string, files: string[]): Promise<void>;
   /** Before QEMU starts: limits applied, run folder handed to the user; the launch wrapper. */
@@ -137,12 +143,17 @@ export class HostJail implements MachineJail {
   async admit(id: string): Promise<JailUser> {
     const dir = this.machineDir(id);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chmodSync(dir, 0o700); // also a folder made before the jail (0755)
     // Allocation and record happen in one synchronous stretch: no other admit can interleave.
     const user = existsSync(join(dir, USER_FILE)) ? this.userOf(id) : this.allocate(dir);
     const run = join(dir, 'run');
     mkdirSync(run, { recursive: true, mode: 0o700 });
     await grant([dir, run], { uid: user.uid }, 'x');
     return user;
+  }
+
+  hasUser(id: string): boolean {
+    return existsSync(join(this.machineDir(id), USER_FILE));
   }
 
   userOf(id: string): JailUser {
@@ -157,7 +168,11 @@ export class HostJail implements MachineJail {
     chmodSync(file, 0o600);
   }
 
-  async shareLayers(id: string, files: string[]): Promise<void> {
+  async shareLayers(id: string, sourceId: string, files: string[]): Promise<void> {
+    const source = this.userOf(sourceId);
+    for (const file of files) {
+      if (!(await readableBy(file, source.uid))) throw new Error(`the disk of ${sourceId} names ${file}, which is not its own to share`);
+    }
     await grant(files, { uid: this.userOf(id).uid }, 'r');
   }
 
@@ -173,8 +188,8 @@ export class HostJail implements MachineJail {
     if (problem) throw new Error(`${problem.reason}. ${problem.hint}`);
     if (await this.firewall.ensure()) this.settings.logger.warn({ machine: id }, "the machines' network rules were gone (another tool replaced the ruleset?); loaded them again");
     const user = this.userOf(id);
-    chownSync(join(this.machineDir(id), 'run'), user.uid, user.gid);
     const procs = this.limits!.apply(id, shape);
+    chownSync(join(this.machineDir(id), 'run'), user.uid, user.gid); // last: the caller seals it again whatever happens next
     const dropToUser = ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all', '--'];
     // The shell puts itself (the pid QEMU will have) into the machine's groups, then becomes setpriv,
     // which becomes QEMU: limits hold from QEMU's first allocation on.
@@ -183,7 +198,20 @@ export class HostJail implements MachineJail {
   }
 
   async seal(id: string): Promise<void> {
-    chownSync(join(this.machineDir(id), 'run'), 0, 0);
+    const user = this.userOf(id);
+    const run = join(this.machineDir(id), 'run');
+    if (lstatSync(run).uid !== 0) {
+      chownSync(run, 0, 0);
+      // Whatever mode or ACL entries QEMU set while the folder was its own go: passable by it alone.
+      await setAcl(run, `u::rwx,g::-,o::-,u:${user.uid}:x,m::x`);
+    }
+    // The folder is root's now and nothing new appears in it: keep only what QEMU was to make, of
+    // the kind it was to make (no links, FIFOs or folders the service could be led through).
+    for (const name of readdirSync(run)) {
+      const stat = lstatSync(join(run, name));
+      const expected = (RUN_ENTRIES.sockets as readonly string[]).includes(name) ? stat.isSocket() : (RUN_ENTRIES.files as readonly string[]).includes(name) && stat.isFile();
+      if (!expected) rmSync(join(run, name), { recursive: true, force: true });
+    }
   }
 
   afterStop(id: string): void {
@@ -195,8 +223,12 @@ export class HostJail implements MachineJail {
     return this.firewall.unload();
   }
 
+  /**
+   * A free user: no machine folder records it and no process runs as it (a QEMU of a deleted
+   * machine that is somehow still alive keeps its uid from being handed to a new machine).
+   */
   private allocate(dir: string): JailUser {
-    const used = new Set<number>();
+    const used = new Set<number>(processUids());
     for (const other of readdirSync(this.settings.machinesDir)) {
       try {
         used.add(Number(readFileSync(join(this.settings.machinesDir, other, USER_FILE), 'utf8')));
@@ -217,6 +249,16 @@ export class HostJail implements MachineJail {
   }
 }
 
+function processUids(): number[] {
+  const uids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = lstatSync(`/proc/${entry}`, { throwIfNoEntry: false });
+    if (stat) uids.push(stat.uid);
+  }
+  return uids;
+}
+
 function readResolvers(): string[] {
   try {
     return resolversOf(readFileSync('/etc/resolv.conf', 'utf8'));
@@ -234,10 +276,10 @@ function onPath(tool: string): boolean {
   }
 }
 
-/** Names of passwd entries whose uid lies in the range (they would share a machine's rights). */
+/** Names of users (every NSS source getent lists) whose uid lies in the range: they would share a machine's rights. */
 function usersInRange(base: number, count: number): string[] {
   try {
-    return readFileSync('/etc/passwd', 'utf8')
+    return execFileSync('getent', ['passwd'], { encoding: 'utf8', timeout: 10_000 })
       .split('\n')
       .map((line) => line.split(':'))
       .filter((fields) => Number(fields[2]) >= base && Number(fields[2]) <= base + count)

@@ -35,8 +35,8 @@ export const SANDBOX = 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resou
  */
 export const TCG_CODE_CACHE_MIB = 256;
 
-// sun_path of a unix socket holds 108 bytes including the terminating NUL.
-const MAX_SOCKET_PATH = 107;
+/** sun_path of a unix socket holds 108 bytes including the terminating NUL. */
+export const MAX_SOCKET_PATH = 107;
 
 export interface MachineSpec {
   /** Machine id: letters, digits, '-' and '_' (it is put into QEMU option strings). */

@@ -77,6 +77,15 @@ export async function backingChain(path: string): Promise<ImageInfo[]> {
   return Array.isArray(parsed) ? parsed : [parsed];
 }
 
+/**
+ * One qcow2 file's header, without opening its backing file (a name read from a header the
+ * machine's QEMU could have written is checked before anything opens it: see LayerStore.filesOf).
+ */
+export async function qcow2Header(path: string): Promise<ImageInfo> {
+  const { stdout } = await run(qemuImgBinary(), ['info', '-U', '-f', 'qcow2', '--output=json', path], { timeout: 30_000 });
+  return JSON.parse(stdout) as ImageInfo;
+}
+
 /** Offline compaction: make `overlay` independent of the layers between it and `newBacking`. */
 export async function rebaseOffline(overlay: string, newBacking: string): Promise<void> {
   // Safe mode (no -u): copies every cluster where the old and new backing chains differ.

@@ -23,6 +23,12 @@ export interface MachineFiles {
   stateFile: string;
 }
 
+/** What QEMU may make in `run/`, by kind: anything else found there is not its to have made. */
+export const RUN_ENTRIES = {
+  sockets: ['qmp.sock', 'agent.sock', 'migrate.sock'],
+  files: ['serial.log', 'qemu.pid', 'memory.ram'],
+} as const;
+
 export function machineFiles(dir: string): MachineFiles {
   const runDir = join(dir, 'run');
   return {

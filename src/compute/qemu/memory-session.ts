@@ -25,11 +25,11 @@
 //
 // If anything fails before the state file is complete, the guest is resumed (`cont`) and keeps
 // running: a failed save never loses the machine.
-import { chownSync, closeSync, constants, createReadStream, createWriteStream, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, createReadStream, createWriteStream, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { finished } from 'node:stream/promises';
-import type { MachineSpec } from './command-line';
+import { MAX_SOCKET_PATH, type MachineSpec } from './command-line';
 import { logTail, QemuMachine, qemuLogFile, StartOptions, startMachine, stopMachine } from './qemu-process';
 import { pollUntil } from './wait';
 
@@ -49,7 +49,18 @@ export interface SaveOptions {
 
 /** Where a machine's state is sent and received: beside its QMP socket. */
 export function migrationSocket(spec: Pick<MachineSpec, 'qmpSocket'>): string {
-  return join(dirname(spec.qmpSocket), 'migrate.sock');
+  const path = join(dirname(spec.qmpSocket), 'migrate.sock');
+  if (Buffer.byteLength(path) > MAX_SOCKET_PATH) throw new Error(`migration socket path is longer than ${MAX_SOCKET_PATH} bytes (unix socket limit): ${path}`);
+  return path;
+}
+
+/**
+ * The most a saved state may hold: device state and non-shared RAM blocks with file-backed RAM,
+ * the whole RAM otherwise (a QEMU sending more is not saving a machine: refused, not stored).
+ */
+function stateLimitBytes(spec: Partial<Pick<MachineSpec, 'memoryMib' | 'memoryFile'>>): number {
+  if (spec.memoryFile) return 256 * 1048576;
+  return ((spec.memoryMib ?? 65_536) + 256) * 1048576; // an adopted machine's size is not known: 64 GiB
 }
 
 export interface SaveResult {
@@ -79,9 +90,12 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
   const qmp = machine.qmp;
 
   const socket = migrationSocket(machine.spec);
-  const receiver = await receiveState(socket, part, options);
-  await qmp.execute('stop');
+  let receiver: StateReceiver | undefined;
+  let paused = false;
   try {
+    receiver = await receiveState(socket, part, { ...options, limitBytes: stateLimitBytes(machine.spec) });
+    await qmp.execute('stop');
+    paused = true;
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }] });
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
     await qmp.execute('migrate', { uri: `unix:${socket}` });
@@ -103,10 +117,10 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
     if (options.durable) fsyncFile(part);
     renameSync(part, stateFile);
   } catch (error) {
-    receiver.close();
+    receiver?.close();
     rmSync(part, { force: true });
     rmSync(stateFile, { force: true });
-    await qmp.execute('cont').catch(() => undefined); // keep the machine running
+    if (paused) await qmp.execute('cont').catch(() => undefined); // keep the machine running
     throw error;
   }
   receiver.close();
@@ -119,8 +133,11 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
 export interface RestoreOptions extends StartOptions {
   stateFile: string;
   timeoutMs?: number;
-  /** Runs once the state is loaded, before the guest continues (the jail seals the machine's files here). */
-  beforeContinue?: (machine: QemuMachine) => Promise<void> | void;
+  /**
+   * Runs once QEMU listens for the state and we are connected, before a byte of it is sent: the
+   * jail seals the machine's files here, before QEMU parses anything the last run left.
+   */
+  beforeLoad?: () => Promise<void> | void;
 }
 
 export interface RestoreResult {
@@ -149,7 +166,7 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
     const socket = migrationSocket(spec);
     rmSync(socket, { force: true });
     await qmp.execute('migrate-incoming', { uri: `unix:${socket}` });
-    sender = sendState(socket, options.stateFile, timeoutMs);
+    sender = await sendState(socket, options.stateFile, timeoutMs, options.beforeLoad);
     // QEMU 7.2 exits when an incoming migration fails, so a dead process or a closed QMP ends the wait.
     const status = await pollUntil(
       async () => {
@@ -161,7 +178,6 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
     );
     if (!status) throw new Error(`restore of ${spec.id} did not finish within ${timeoutMs} ms`);
     sender.close();
-    await options.beforeContinue?.(machine);
     // The source was paused before the save, so the destination comes up paused (it was running
     // only when the state recorded a running guest): continue it.
     if (status !== 'running') await qmp.execute('cont');
@@ -181,8 +197,8 @@ interface StateReceiver {
   close(): void;
 }
 
-/** Listens on `socket` and writes the first connection's bytes to `file`. */
-async function receiveState(socket: string, file: string, options: Pick<SaveOptions, 'socketOwner'>): Promise<StateReceiver> {
+/** Listens on `socket` and writes the first connection's bytes (at most limitBytes) to `file`. */
+async function receiveState(socket: string, file: string, options: Pick<SaveOptions, 'socketOwner'> & { limitBytes: number }): Promise<StateReceiver> {
   rmSync(socket, { force: true });
   let connection: Socket | undefined;
   const server: Server = createServer({ pauseOnConnect: true });
@@ -191,9 +207,17 @@ async function receiveState(socket: string, file: string, options: Pick<SaveOpti
       connection = peer;
       server.close(); // one sender only
       const out = createWriteStream(file, { flags: 'wx', mode: 0o600 });
+      let received = 0;
+      peer.on('data', (chunk: Buffer) => {
+        received += chunk.length;
+        if (received > options.limitBytes) peer.destroy(new Error(`the state sent is larger than ${options.limitBytes} bytes`));
+      });
       peer.pipe(out);
       peer.resume();
-      peer.once('error', reject);
+      peer.once('error', (error) => {
+        out.destroy();
+        reject(error);
+      });
       finished(out).then(resolve, reject);
     });
   });
@@ -202,6 +226,7 @@ async function receiveState(socket: string, file: string, options: Pick<SaveOpti
     server.once('error', reject);
     server.listen(socket, () => resolve());
   });
+  chmodSync(socket, 0o600);
   if (options.socketOwner) chownSync(socket, options.socketOwner.uid, options.socketOwner.gid);
   return {
     written,
@@ -214,25 +239,27 @@ async function receiveState(socket: string, file: string, options: Pick<SaveOpti
 }
 
 /**
- * Connects to QEMU's incoming migration socket (once it exists) and sends the state file. QEMU
- * judges the stream (the caller watches its status); close() drops the connection afterwards.
+ * Connects to QEMU's incoming migration socket (once it exists), runs beforeLoad, and starts
+ * sending the state file. QEMU judges the stream (the caller watches its status); close() drops
+ * the connection afterwards.
  */
-function sendState(socket: string, file: string, timeoutMs: number): { close(): void } {
-  let peer: Socket | undefined;
-  let closed = false;
-  void (async () => {
-    const ready = await pollUntil(() => (closed || existsSync(socket) ? true : undefined), timeoutMs, 2);
-    if (!ready || closed) return;
-    peer = connect(socket);
+async function sendState(socket: string, file: string, timeoutMs: number, beforeLoad?: () => Promise<void> | void): Promise<{ close(): void }> {
+  const ready = await pollUntil(() => (existsSync(socket) ? true : undefined), timeoutMs, 2);
+  if (!ready) throw new Error(`QEMU did not listen on ${socket}`);
+  const peer = connect(socket);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      peer.once('connect', resolve);
+      peer.once('error', reject);
+    });
     peer.on('error', () => undefined); // QEMU exits on a bad stream: its status tells
-    createReadStream(file).on('error', () => peer?.destroy()).pipe(peer);
-  })();
-  return {
-    close: () => {
-      closed = true;
-      peer?.destroy();
-    },
-  };
+    await beforeLoad?.();
+  } catch (error) {
+    peer.destroy();
+    throw error;
+  }
+  createReadStream(file).on('error', () => peer.destroy()).pipe(peer);
+  return { close: () => peer.destroy() };
 }
 
 function withTimeout<T>(work: Promise<T>, ms: number, message: string): Promise<T> {

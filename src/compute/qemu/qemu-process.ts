@@ -97,6 +97,9 @@ export function qemuLogFile(spec: Pick<MachineSpec, 'pidFile'>, options: Pick<St
   return options.logFile ?? `${dirname(spec.pidFile)}/qemu.log`;
 }
 
+/** The only environment a QEMU gets. */
+const QEMU_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
 export function qemuBinary(): string {
   return process.env.KISTE_QEMU_BINARY ?? 'qemu-system-x86_64';
 }
@@ -123,7 +126,8 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
   let child;
   try {
     writeSync(logFd, `--- ${new Date().toISOString()} ${[launched.command, ...launched.args].map(shellWord).join(' ')}\n`);
-    child = spawn(launched.command, launched.args, { detached: true, stdio: ['ignore', logFd, logFd] });
+    // Nothing of the service's environment (secrets, database URL) or working folder goes along.
+    child = spawn(launched.command, launched.args, { detached: true, stdio: ['ignore', logFd, logFd], env: { PATH: QEMU_PATH }, cwd: '/' });
   } finally {
     closeSync(logFd);
   }
