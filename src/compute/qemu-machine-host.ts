@@ -252,13 +252,34 @@ export class QemuMachineHost implements MachineHost {
 
   /** After a service restart: reconnects, and settles a new top layer the last run was putting on. */
   async adopt(id: string): Promise<boolean> {
-    const machine = await this.machine(id);
+    const machine = await this.settleStart(id, await this.machine(id));
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
       const active = machine ? await this.runningTop(id, machine, state.active) : await this.settledOffline(state);
       if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { ...state, active, pending: undefined });
     }
     return machine !== undefined;
+  }
+
+  /**
+   * A QEMU whose start the last run of the service did not finish: a cold boot waits paused for its
+   * folder to be sealed (sealed now, then it runs); a restore that never got its whole state is
+   * dropped (the saved session is still there for the next resume).
+   */
+  private async settleStart(id: string, machine: QemuMachine | undefined): Promise<QemuMachine | undefined> {
+    if (!machine) return undefined;
+    const status = await machine.status().catch(() => '');
+    if (status === 'inmigrate') {
+      await killMachine(machine);
+      this.stopped(id);
+      return undefined;
+    }
+    if (this.jail.hasUser(id)) await this.jail.seal(id);
+    if (status === 'prelaunch') {
+      await trackChanges(machine);
+      await machine.qmp.execute('cont');
+    }
+    return machine;
   }
 
   /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */

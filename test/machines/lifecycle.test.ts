@@ -5,18 +5,12 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { listQemuProcesses } from '../../src/compute/qemu';
 import { ensureTestImage, TEST_IMAGE_DIR as IMAGE_DIR } from '../support/images';
+import { guestRun } from '../support/guest';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
 
 const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
-
-async function guestRun(t: TestService, instanceId: string, script: string): Promise<{ stdout: string; exitCode: number }> {
-  const handle = await t.services.machineHost.agent(instanceId).exec({ argv: ['sh', '-c', script] });
-  let stdout = '';
-  for await (const chunk of handle) if (chunk.stream === 'stdout') stdout += chunk.data.toString('utf8');
-  return { stdout, exitCode: (await handle.exit).exit_code };
-}
 
 describe('machine lifecycle on the minimal image', () => {
   let t: TestService;

@@ -76,7 +76,7 @@ export interface MachineOptions {
 /** A spec for the tiny guest in `<root>/<id>/`, with its disk an overlay on the root's base disk. */
 export async function makeMachine(t: TestRoot, id: string, options: MachineOptions = {}): Promise<MachineSpec> {
   const files = machineFiles(join(t.root, id));
-  mkdirSync(files.dir, { recursive: true });
+  mkdirSync(files.runDir, { recursive: true });
   const disk = join(files.dir, 'disk.qcow2');
   await createOverlay(t.baseDisk, disk);
   const guest = tinyGuest();
