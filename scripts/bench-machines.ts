@@ -464,8 +464,9 @@ async function main(): Promise<void> {
       const stop = await lifecycle(http, 'POST', '/v1/instances/bench-a/stop', { snapshot: true }, 'stopped');
       if (stop.body.session_saved !== true) throw new Error(`stop did not save the session: ${JSON.stringify(stop.body)}`);
       stopMs.push(stop.ms);
-      fileBacked = existsSync(join(dataDir, 'machines', idA, 'memory.ram'));
-      const stateFile = join(dataDir, 'machines', idA, 'memory.state');
+      const kisteFiles = machineFiles(join(dataDir, 'machines', idA));
+      fileBacked = existsSync(kisteFiles.memoryFile);
+      const stateFile = kisteFiles.stateFile;
       stateBytes = existsSync(stateFile) ? statSync(stateFile).size : -1;
       log(`kiste: stop answered after ${fmtS(stop.ms)} (state file ${stateBytes} bytes, file-backed RAM ${fileBacked})`);
       await rawRestore();

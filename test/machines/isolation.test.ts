@@ -12,6 +12,7 @@ import { lstatSync, readFileSync, statSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
+import { MEMORY_OVERHEAD_MIB } from '../../src/compute/jail/cgroups';
 import { listQemuProcesses } from '../../src/compute/qemu';
 import { classifyAddress } from '../../src/net/special-addresses';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
@@ -129,6 +130,16 @@ describe('machine isolation on real guests', () => {
       // its cgroup (this host: v1 cpu and memory; elsewhere v2): kiste/<id>
       const cgroups = readFileSync(`/proc/${qemu!.pid}/cgroup`, 'utf8');
       expect(cgroups).toContain(`/kiste/${ids[name]}`);
+      // and its limits: memory_mib (768) + QEMU's overhead; one vCPU + half a CPU
+      const ceiling = String((768 + MEMORY_OVERHEAD_MIB) * 1048576);
+      if (/^0::\/kiste\//m.test(cgroups)) {
+        const group = `/sys/fs/cgroup/kiste/${ids[name]}`;
+        expect(readFileSync(`${group}/memory.max`, 'utf8').trim()).toBe(ceiling);
+        expect(readFileSync(`${group}/cpu.max`, 'utf8').trim()).toBe('150000 100000');
+      } else {
+        expect(readFileSync(`/sys/fs/cgroup/memory/kiste/${ids[name]}/memory.limit_in_bytes`, 'utf8').trim()).toBe(ceiling);
+        expect(readFileSync(`/sys/fs/cgroup/cpu/kiste/${ids[name]}/cpu.cfs_quota_us`, 'utf8').trim()).toBe('150000');
+      }
       // files: the run folder is root's again once the guest runs; the disk's top layer is the user's alone
       const machineDir = join(t.config.dataDir, 'machines', ids[name]!);
       expect(statSync(join(machineDir, 'run')).uid).toBe(0);

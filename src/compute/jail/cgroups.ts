@@ -92,22 +92,22 @@ export class MachineLimits {
     return [];
   }
 
-  /** Removes the machine's groups once its QEMU is gone (a group with tasks stays). */
-  remove(id: string): void {
+  /**
+   * Removes the machine's groups once its QEMU is gone. A QEMU just killed may still be a task of
+   * them until its parent has reaped it: what is left is tried once more a little later.
+   */
+  remove(id: string, retry = true): void {
     const mode = this.mode;
     const dirs = mode.kind === 'v2' ? [join(mode.root, id)] : mode.kind === 'v1' ? [mode.cpu, mode.memory, ...(mode.pids ? [mode.pids] : [])].map((root) => join(root, id)) : [];
+    let left = false;
     for (const dir of dirs) {
       try {
         rmdirSync(dir);
-      } catch {
-        // not there, or still has tasks (a QEMU that is still exiting): removed next time
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') left = true;
       }
     }
-  }
-
-  /** The memory ceiling a machine gets, in bytes (null without limits). */
-  memoryCeilingBytes(memoryMib: number): number | null {
-    return this.mode.kind === 'none' ? null : (memoryMib + MEMORY_OVERHEAD_MIB) * 1048576;
+    if (left && retry) setTimeout(() => this.remove(id, false), 2000).unref();
   }
 }
 
