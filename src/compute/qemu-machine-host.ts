@@ -23,6 +23,7 @@ import {
   killMachine,
   liveFork,
   machineFiles,
+  MachineAlreadyRunningError,
   MachineSpec,
   QemuMachine,
   type StartOptions,
@@ -471,18 +472,22 @@ export class QemuMachineHost implements MachineHost {
 
   /**
    * Starts a QEMU in the machine's jail: `work` gets the start options (launch wrapper, log file);
-   * whatever happens, the run folder is sealed again and a QEMU that did not start leaves no limits.
+   * whatever happens, the run folder is sealed again, and a start that failed leaves neither a QEMU
+   * nor its limits.
    */
   private async jailed(id: string, shape: MachineShape, work: (start: Pick<StartOptions, 'launch' | 'logFile'>) => Promise<void>): Promise<void> {
     if (!this.jail.hasUser(id)) await this.adoptIntoJail(id);
     const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib });
     try {
       await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog });
-    } catch (error) {
-      if (!(await this.machine(id))) this.jail.afterStop(id);
-      throw error;
-    } finally {
       await this.jail.seal(id);
+    } catch (error) {
+      // A start that failed leaves no QEMU of its own behind (it may be paused, never sealed).
+      const machine = error instanceof MachineAlreadyRunningError ? undefined : await this.machine(id).catch(() => undefined);
+      if (machine) await killMachine(machine).catch(() => undefined);
+      if (!(error instanceof MachineAlreadyRunningError)) this.stopped(id);
+      await this.jail.seal(id).catch(() => undefined);
+      throw error;
     }
   }
 

@@ -1,3 +1,3 @@
 // The jail of every machine's QEMU: user, files, network rules, limits (see machine-jail.ts).
-export { HostJail, type JailProblem, type JailSettings, type JailUser, type MachineJail } from './machine-jail';
+export { HostJail, type JailProblem, type JailUser, type MachineJail } from './machine-jail';
 export type { EgressMode } from './egress-rules';

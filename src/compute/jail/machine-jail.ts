@@ -19,9 +19,8 @@ import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, re
 import { join } from 'node:path';
 import type { StartOptions } from '../qemu/qemu-process';
 import { shellQuote } from '../../shell-quote';
-import { detectCgroups, MachineLimits, type CgroupMode, type MachineShapeLimits } from './cgroups';
-import type { EgressMode } from './egress-rules';
-import { resolversOf } from './egress-rules';
+import { detectCgroups, MachineLimits, type MachineShapeLimits } from './cgroups';
+import { resolversOf, type EgressMode } from './egress-rules';
 import { grant, grantPassage, readableBy, revoke, setAcl } from './file-access';
 import { RUN_ENTRIES } from '../qemu/machine-files';
 import { HostFirewall } from './host-firewall';
@@ -71,7 +70,10 @@ export interface MachineJail {
   releaseLayers(id: string, files: string[]): Promise<void>;
   /** Before QEMU starts: limits applied, run folder handed to the user; the launch wrapper. */
   beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>>;
-  /** After QEMU has made its sockets and before the guest runs: the run folder is root's again. */
+  /**
+   * After QEMU has made its sockets and before the guest runs: the run folder is root's again, and
+   * the network rules checked since beforeStart are known to be in place.
+   */
   seal(id: string): Promise<void>;
   /** After QEMU is gone. */
   afterStop(id: string): void;
@@ -81,6 +83,8 @@ export class HostJail implements MachineJail {
   private readonly firewall: HostFirewall;
   private readonly gid: number;
   private limits: MachineLimits | undefined;
+  /** Per machine starting: the check that its network rules are loaded (awaited by seal). */
+  private readonly firewallChecks = new Map<string, Promise<void>>();
   private prepared: Promise<JailProblem | null> | undefined;
 
   constructor(private readonly settings: JailSettings) {
@@ -98,11 +102,6 @@ export class HostJail implements MachineJail {
   problem(): Promise<JailProblem | null> {
     this.prepared ??= this.prepare();
     return this.prepared;
-  }
-
-  /** Cgroup mode chosen at prepare (none until then). */
-  limitsMode(): CgroupMode | undefined {
-    return this.limits?.mode;
   }
 
   private async prepare(): Promise<JailProblem | null> {
@@ -186,7 +185,12 @@ export class HostJail implements MachineJail {
   async beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>> {
     const problem = await this.problem();
     if (problem) throw new Error(`${problem.reason}. ${problem.hint}`);
-    if (await this.firewall.ensure()) this.settings.logger.warn({ machine: id }, "the machines' network rules were gone (another tool replaced the ruleset?); loaded them again");
+    // Checked while QEMU starts (the guest is paused until seal, which awaits it): no time added.
+    const check = this.firewall.ensure().then((reloaded) => {
+      if (reloaded) this.settings.logger.warn({ machine: id }, "the machines' network rules were gone (another tool replaced the ruleset?); loaded them again");
+    });
+    check.catch(() => undefined); // a failure is seal's to report; a start that never got there has its own
+    this.firewallChecks.set(id, check);
     const user = this.userOf(id);
     const procs = this.limits!.apply(id, shape);
     chownSync(join(this.machineDir(id), 'run'), user.uid, user.gid); // last: the caller seals it again whatever happens next
@@ -200,10 +204,14 @@ export class HostJail implements MachineJail {
   async seal(id: string): Promise<void> {
     const user = this.userOf(id);
     const run = join(this.machineDir(id), 'run');
+    const firewallCheck = this.firewallChecks.get(id);
+    this.firewallChecks.delete(id);
     if (lstatSync(run).uid !== 0) {
       chownSync(run, 0, 0);
       // Whatever mode or ACL entries QEMU set while the folder was its own go: passable by it alone.
-      await setAcl(run, `u::rwx,g::-,o::-,u:${user.uid}:x,m::x`);
+      await Promise.all([setAcl(run, `u::rwx,g::-,o::-,u:${user.uid}:x,m::x`), firewallCheck]);
+    } else {
+      await firewallCheck;
     }
     // The folder is root's now and nothing new appears in it: keep only what QEMU was to make, of
     // the kind it was to make (no links, FIFOs or folders the service could be led through).
