@@ -479,8 +479,7 @@ export class QemuMachineHost implements MachineHost {
     if (!this.jail.hasUser(id)) await this.adoptIntoJail(id);
     const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib });
     try {
-      await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog });
-      await this.jail.seal(id);
+      await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog }); // seals before the guest runs
     } catch (error) {
       // A start that failed leaves no QEMU of its own behind (it may be paused, never sealed).
       const machine = error instanceof MachineAlreadyRunningError ? undefined : await this.machine(id).catch(() => undefined);

@@ -19,6 +19,7 @@ import { buildImage } from '../../images';
 import { DESKTOP_UID, DESKTOP_UNIT, DESKTOP_USER } from '../../images/profiles/desktop';
 import { buildAgentBundle } from '../agent/harness';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
+import { guestRun as guestShell } from '../support/guest';
 
 jest.setTimeout(3_600_000);
 
@@ -45,16 +46,7 @@ describe('desktop image', () => {
   let t: TestService;
   let key: string;
 
-  async function guestRun(instanceId: string, script: string): Promise<{ stdout: string; stderr: string; exitCode: number }> {
-    const handle = await t.services.machineHost.agent(instanceId).exec({ argv: ['sh', '-c', script] });
-    let stdout = '';
-    let stderr = '';
-    for await (const chunk of handle) {
-      if (chunk.stream === 'stdout') stdout += chunk.data.toString('latin1');
-      else stderr += chunk.data.toString('utf8');
-    }
-    return { stdout, stderr, exitCode: (await handle.exit).exit_code };
-  }
+  const guestRun = (instanceId: string, script: string) => guestShell(t, instanceId, script, 'latin1'); // screenshots are binary
 
   /** Until the unit is active and Xfce's panel and desktop window exist; answers the processes seen. */
   async function waitDesktop(instanceId: string, limitMs = 600_000): Promise<string> {

@@ -1,9 +1,9 @@
 // Who of the jail may open which file, with POSIX ACLs (setfacl: Node has no ACL call). A jail user
 // gets exactly what its QEMU needs: passage through the folders on the way (never a listing), its
 // own disk layers read-write, layers it shares with the machine it was forked from read-only.
-import { execFile } from 'node:child_process';
 import { lstatSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { runTool } from './run-tool';
 
 export type Grantee = { uid: number } | { gid: number };
 
@@ -45,19 +45,10 @@ export async function readableBy(file: string, uid: number): Promise<boolean> {
   const stat = lstatSync(file, { throwIfNoEntry: false });
   if (!stat?.isFile()) return false;
   if (stat.uid === uid) return true;
-  const acl = await tool('getfacl', ['-n', '--omit-header', '--', file]);
+  const acl = await runTool('getfacl', ['-n', '--omit-header', '--', file]);
   return acl.split('\n').some((line) => new RegExp(`^user:${uid}:r`).test(line));
 }
 
 function setfacl(args: string[]): Promise<void> {
-  return tool('setfacl', args).then(() => undefined);
-}
-
-function tool(command: string, args: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(command, args, { timeout: 10_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${command} ${args.join(' ')}: ${(stderr || error.message).trim()}`));
-      else resolve(stdout);
-    });
-  });
+  return runTool('setfacl', args).then(() => undefined);
 }

@@ -1,6 +1,6 @@
 // Loads the machines' egress rules (egress-rules.ts) into the host's nftables, and puts them back
 // when something removed them (another tool flushing the ruleset) before a machine starts.
-import { execFile } from 'node:child_process';
+import { runTool } from './run-tool';
 import { egressRuleset, type EgressSettings } from './egress-rules';
 
 export class HostFirewall {
@@ -37,12 +37,5 @@ export class HostFirewall {
 }
 
 function nft(args: string[], input?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile('nft', args, { timeout: 10_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`nft ${args.join(' ')}: ${(stderr || error.message).trim()}`));
-      else resolve(stdout);
-    });
-    child.stdin?.on('error', () => undefined); // nft may exit before reading (an error it reports above)
-    child.stdin?.end(input ?? '');
-  });
+  return runTool('nft', args, input);
 }
