@@ -38,6 +38,17 @@ export function errorFromEnvelope(body: unknown, response: { status: number; hea
   return new CliError(`the service answered HTTP ${response.status}`, { requestId: response.headers.get('x-request-id'), envelope: body, exitCode });
 }
 
+/** The registry code of an error answer (undefined for a success, or a body that is not the envelope). */
+export function errorCode(result: { error?: unknown }): string | undefined {
+  return (result.error as Envelope | undefined)?.error?.code;
+}
+
+/** The wait an answer asks for with Retry-After (the service sends seconds), else `fallbackMs`. */
+export function retryAfterMs(response: { headers: { get(name: string): string | null } }, fallbackMs: number): number {
+  const seconds = Number(response.headers.get('retry-after') ?? Number.NaN);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : fallbackMs;
+}
+
 export function requireToken(ctx: CliContext): string {
   if (!ctx.token) throw new CliError('no credential', { hint: 'Run `kiste login`, or set KISTE_TOKEN (or pass --token) to an API key.' });
   return ctx.token;

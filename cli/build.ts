@@ -1,15 +1,15 @@
-// The CLI as one file for any Node >= 18 (what /downloads/kiste.js serves and /install.sh installs).
-// Built in memory on first request and kept: esbuild takes well under a second.
-import { existsSync } from 'node:fs';
+// Builds the CLI as one file for any Node >= 18 into dist/downloads/kiste.js: what /downloads/kiste.js
+// serves and /install.sh installs. Run by `npm run build` (and before the tests); esbuild takes well
+// under a second.
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { packageRoot } from '../src/db/migrate';
 import { packageVersion } from './version';
 
-export async function buildCliBundle(): Promise<Buffer> {
-  // From the sources (tsx) the entry is kiste.ts; in a compiled dist/ tree it is kiste.js.
-  const entry = join(__dirname, existsSync(join(__dirname, 'kiste.ts')) ? 'kiste.ts' : 'kiste.js');
+export async function buildCliBundle(outFile: string): Promise<number> {
   const result = await build({
-    entryPoints: [entry],
+    entryPoints: [join(packageRoot(), 'cli', 'kiste.ts')],
     bundle: true,
     platform: 'node',
     target: 'node18',
@@ -23,16 +23,19 @@ export async function buildCliBundle(): Promise<Buffer> {
     external: ['bufferutil', 'utf-8-validate'],
     logLevel: 'silent',
   });
-  return Buffer.from(result.outputFiles[0]!.contents);
+  const contents = result.outputFiles[0]!.contents;
+  mkdirSync(join(outFile, '..'), { recursive: true });
+  writeFileSync(outFile, contents, { mode: 0o644 });
+  return contents.byteLength;
 }
 
-let cached: Promise<Buffer> | null = null;
-
-/** The bundle, built once per process. */
-export function cliBundle(): Promise<Buffer> {
-  cached ??= buildCliBundle().catch((error: unknown) => {
-    cached = null; // let a later request try again
-    throw error;
-  });
-  return cached;
+if (require.main === module) {
+  const outFile = join(packageRoot(), 'dist', 'downloads', 'kiste.js');
+  buildCliBundle(outFile).then(
+    (bytes) => console.log(`CLI bundle: ${outFile} (${(bytes / 1024).toFixed(0)} KiB)`),
+    (error: unknown) => {
+      console.error(`CLI bundle failed: ${error instanceof Error ? error.message : String(error)}`);
+      process.exit(1);
+    },
+  );
 }

@@ -52,6 +52,17 @@ program
     print(ctx, me, `${me.email}${me.name ? ` (${me.name})` : ''}`);
   });
 
+const auth = program.command('auth').description('password sign-in of the account');
+auth
+  .command('unlock')
+  .description('lift the lock on password sign-in that repeated failures set (needs `kiste login` or an API key)')
+  .action(async () => {
+    const ctx = context();
+    requireToken(ctx);
+    const answer = ok(await apiFor(ctx).POST('/v1/auth/unlock'));
+    print(ctx, answer, answer.message);
+  });
+
 program
   .command('list')
   .alias('ls')

@@ -1,18 +1,24 @@
 // Machine commands: list, get, create, stop, resume, restart, upgrade, rename, extend, fork, delete,
 // logs, metrics. A lifecycle call the service finishes in the background (202) is followed until the
-// machine settles, with a spinner on a terminal.
+// machine settles, with a spinner on a terminal. Create waits while the service's machine image is
+// still being built (503 K06), showing the build step.
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import type { components } from '../src/generated/api';
-import { apiFor, CliError, ok, requireToken } from './api';
+import { apiFor, CliError, errorCode, errorFromEnvelope, ok, requireToken, retryAfterMs } from './api';
 import type { CliContext } from './context';
-import { withSpinner } from './progress';
-import { pollUntil } from '../src/compute/qemu/wait';
+import { type Relabel, withSpinner } from './progress';
+import { pollUntil, sleep } from '../src/compute/qemu/wait';
 
 type Instance = components['schemas']['InstanceResponse'];
+type CreateBody = components['schemas']['CreateInstanceRequest'];
 const SETTLED = new Set(['running', 'stopped', 'error']);
 const POLL_MS = 1000;
+/** How long create waits for the service's machine image (built at its first start and after upgrades). */
+const IMAGE_WAIT_MS = 30 * 60_000;
+/** Between two creates while the image is built, when the answer names no Retry-After (the spec's 30 s). */
+const IMAGE_RETRY_MS = 30_000;
 
 export async function listMachines(ctx: CliContext): Promise<{ json: unknown; text: string }> {
   requireToken(ctx);
@@ -41,13 +47,33 @@ export async function createMachine(ctx: CliContext, name: string | undefined, o
   if (!keyFile || !existsSync(keyFile)) {
     throw new CliError('no SSH public key to give the machine', { hint: 'Pass --ssh-key FILE (e.g. ~/.ssh/id_ed25519.pub), or make one with ssh-keygen.' });
   }
-  const body = {
-    profile: 'desktop' as const, vcpu: options.vcpu, memory_mib: options.memory, disk_mib: options.disk,
+  const body: CreateBody = {
+    profile: 'desktop', vcpu: options.vcpu, memory_mib: options.memory, disk_mib: options.disk,
     ssh_public_key: readFileSync(keyFile, 'utf8').trim(), ...(name ? { name } : {}), ...(options.ttl ? { ttl_seconds: options.ttl } : {}),
   };
-  return withSpinner(`creating ${name ?? 'a machine'}: booting until SSH and commands are accepted`, !ctx.json, async () =>
-    ok(await apiFor(ctx).POST('/v1/instances', { body })),
-  );
+  const booting = `creating ${name ?? 'a machine'}: booting until SSH and commands are accepted`;
+  return withSpinner(booting, !ctx.json, (relabel) => createOnceImageReady(ctx, body, booting, relabel));
+}
+
+/**
+ * POST /v1/instances, asked again while the service answers 503 K06 (its machine image is still
+ * being built; a K06 created nothing, so asking again is safe): after each Retry-After, for at most
+ * IMAGE_WAIT_MS, with the service's message, which names the build step, in the spinner.
+ */
+async function createOnceImageReady(ctx: CliContext, body: CreateBody, booting: string, relabel: Relabel): Promise<Instance> {
+  const deadline = Date.now() + IMAGE_WAIT_MS;
+  for (;;) {
+    const answer = await apiFor(ctx).POST('/v1/instances', { body });
+    if (errorCode(answer) !== 'K06') return ok(answer);
+    const notReady = errorFromEnvelope(answer.error, answer.response);
+    const waitMs = Math.min(Math.max(1000, retryAfterMs(answer.response, IMAGE_RETRY_MS)), deadline - Date.now());
+    if (waitMs <= 0) {
+      throw new CliError(`the service's machine image was not ready after ${IMAGE_WAIT_MS / 60_000} minutes: ${notReady.message}`, notReady.details);
+    }
+    relabel(`${notReady.message.replace(/\s*\(code: K06\)$/, '')} Waiting for it…`);
+    await sleep(waitMs);
+    relabel(booting);
+  }
 }
 
 type Lifecycle = 'stop' | 'resume' | 'restart' | 'upgrade';

@@ -18,7 +18,7 @@ async function main(): Promise<void> {
   const doc = loadSpec();
   console.log('codegen: openapi.yaml');
   write('openapi.json', JSON.stringify(doc, null, 2) + '\n');
-  const ast = await openapiTS(doc as any, { alphabetize: true });
+  const ast = await openapiTS(doc as any, { alphabetize: true, enumValues: true });
   write('api.ts', BANNER + astToString(ast));
   write('errors.ts', renderErrors(doc));
   write('operations.ts', renderOperations(doc));

@@ -1,8 +1,7 @@
-import { cliBundle } from '../cli/build';
 import type { Handler } from '../src/http/handler';
 
-export const handler: Handler<'GetCliBundle'> = async () => ({
+export const handler: Handler<'GetCliBundle'> = async ({ services }) => ({
   status: 200,
-  body: (await cliBundle()).toString('utf8'),
+  body: (await services.builtFiles.cliBundle()).body,
   headers: { 'content-type': 'application/javascript; charset=utf-8', 'cache-control': 'no-cache' },
 });

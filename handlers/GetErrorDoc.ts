@@ -1,6 +1,6 @@
 import type { Handler } from '../src/http/handler';
 import { ERRORS } from '../src/generated/errors';
-import { errorDocPage } from '../web/console-pages';
+import { errorDocPage } from '../src/http/error-doc-page';
 
 export const handler: Handler<'GetErrorDoc'> = async ({ params }) => ({
   status: 200,

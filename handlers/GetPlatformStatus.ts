@@ -13,6 +13,7 @@ export const handler: Handler<'GetPlatformStatus'> = async ({ services }) => {
       uptime_7d_percent: report.uptime7dPercent,
       incidents: [],
       maintenance: [],
+      open_signup: services.config.openSignup,
     },
     headers: { 'cache-control': 'no-cache' },
   };

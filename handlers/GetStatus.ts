@@ -2,7 +2,7 @@ import type { Handler } from '../src/http/handler';
 
 export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
   const { limits } = services;
-  const usage = await services.accounts.usage(auth.accountId);
+  const usage = await services.accountUsage.of(auth.accountId);
   return {
     status: 200,
     body: {
@@ -23,13 +23,13 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         metrics_per_minute: limits.metricsPerMinute,
       },
       usage: {
-        machines: 0,
-        running_machines: 0,
-        disk_mib: 0,
+        machines: usage.machines,
+        running_machines: usage.runningMachines,
+        disk_mib: usage.diskMib,
         api_tokens: usage.apiTokens,
         device_keys: usage.deviceKeys,
-        webhooks: await services.webhooks.count(auth.accountId),
-        ssh_tunnels: 0,
+        webhooks: usage.webhooks,
+        ssh_tunnels: usage.sshTunnels,
       },
       features: {
         native_exec_stream: true,

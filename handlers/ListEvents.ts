@@ -5,9 +5,10 @@ type EventResponse = components['schemas']['ControlEventResponse'];
 
 export const handler: Handler<'ListEvents'> = async ({ auth, services, query, request }) => {
   const page = await services.events.read(auth.accountId, {
-    after: BigInt(query.after ?? 0),
+    after: query.after === undefined ? undefined : BigInt(query.after),
     limit: query.limit ?? 100,
-    waitMs: query.wait_ms ?? 0,
+    waitMs: query.wait_ms,
+    tail: query.tail,
     resourceType: query.resource_type,
     resourceId: query.resource_id,
     signal: request.signal,

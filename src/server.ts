@@ -83,7 +83,7 @@ async function main(): Promise<void> {
   }
   const logger = pino({ level: config.logLevel });
   const running = await startService(config, logger);
-  logger.info({ url: running.url, dataDir: config.dataDir, database: running.services.database.provider }, 'kiste is listening');
+  logger.info({ url: running.url, console: `${config.consoleUrl}/`, dataDir: config.dataDir, database: running.services.database.provider }, 'kiste is listening; open the console in a browser');
   let stopping = false;
   const shutdown = (signal: string) => {
     if (stopping) return;

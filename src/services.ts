@@ -1,11 +1,14 @@
 // Wires stores and domain services together. Handlers reach the domain only through this.
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { BuiltFiles, DistFiles } from './built-files';
+import { packageRoot } from './db/migrate';
 import { randomBytes } from 'node:crypto';
 import type { Config } from './config';
 import type { Database } from './db/database';
 import { AccountDeletions, DeletionSteps, NO_EXTERNAL_STEPS } from './domain/account-deletion';
 import { Accounts } from './domain/accounts';
+import { AccountUsage } from './domain/account-usage';
 import { ApiTokens } from './domain/api-tokens';
 import { MinuteBudgets } from './domain/budgets';
 import { Clock, systemClock } from './domain/clock';
@@ -54,6 +57,8 @@ export interface Services {
   credentials: Credentials;
   signIn: SignIn;
   accounts: Accounts;
+  /** What the account uses of its limits (GET /v1/status). */
+  accountUsage: AccountUsage;
   apiTokens: ApiTokens;
   deviceKeys: DeviceKeys;
   oauth: OAuth;
@@ -70,6 +75,8 @@ export interface Services {
   alerts: Alerts;
   webhooks: Webhooks;
   webhookDeliveries: WebhookDeliveries;
+  /** The built console and CLI download (dist/). */
+  builtFiles: BuiltFiles;
   startedAt: Date;
 }
 
@@ -91,6 +98,8 @@ export interface ServiceOptions {
   webhooks?: { resolve?: Resolver; ca?: string | Buffer | (string | Buffer)[]; timeoutMs?: number; random?: () => number };
   /** Sends alert e-mail instead of the SMTP relay of config.smtp. */
   mailSender?: MailSender;
+  /** Where the built console and CLI download are read from (default: dist/ of the package). */
+  builtFiles?: BuiltFiles;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -147,6 +156,7 @@ export function createServices(config: Config, database: Database, options: Serv
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
+  const sshTunnels = new SshTunnels(instances, machineHost, options.tunnels);
   const webhookSecrets = new SecretBox(secretKey, 'webhook signing secrets');
   const webhookDeliveries = new WebhookDeliveries(db, webhookStore, webhookSecrets, clock, database.commits, {
     ...webhookTarget,
@@ -172,6 +182,7 @@ export function createServices(config: Config, database: Database, options: Serv
     credentials,
     signIn,
     accounts: new Accounts(db, stores, clock),
+    accountUsage: new AccountUsage({ ...stores, webhooks: webhookStore }, sshTunnels, clock),
     apiTokens: new ApiTokens(db, stores.apiTokens, stores.accounts, limits, clock),
     deviceKeys: new DeviceKeys(db, stores.deviceKeys, stores.accounts, limits, clock),
     oauth: new OAuth(db, stores.oauthCodes, signIn, clock),
@@ -182,11 +193,12 @@ export function createServices(config: Config, database: Database, options: Serv
     machineJail: jail,
     instances,
     commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
-    sshTunnels: new SshTunnels(instances, machineHost, options.tunnels),
+    sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,
+    builtFiles: options.builtFiles ?? new DistFiles(join(packageRoot(), 'dist')),
     startedAt: clock.now(),
   };
 }

@@ -15,7 +15,7 @@ export interface HostImage {
 
 export interface ImageBuildState {
   state: 'building' | 'ready' | 'failed';
-  /** What the build is doing now, for the K06 hint. */
+  /** What the build is doing now, for the K06 message. */
   step: string | null;
   error: string | null;
 }

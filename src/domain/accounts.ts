@@ -59,14 +59,6 @@ export class Accounts {
     return this.stores.accounts.findByEmail(email.trim().toLowerCase());
   }
 
-  async usage(accountId: string): Promise<{ apiTokens: number; deviceKeys: number }> {
-    const [apiTokens, deviceKeys] = await Promise.all([
-      this.stores.apiTokens.countActive(accountId, this.clock.now()),
-      this.stores.deviceKeys.count(accountId),
-    ]);
-    return { apiTokens, deviceKeys };
-  }
-
   /** Revokes the credential used for this request. */
   async logout(auth: AuthContext): Promise<void> {
     const now = this.clock.now();

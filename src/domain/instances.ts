@@ -96,9 +96,11 @@ export class Instances {
     const image = this.host.currentImage(this.settings.imageProfile);
     if (image) return image;
     const build = this.host.imageBuildState(this.settings.imageProfile);
+    // The step goes into the message (what is happening now) so that clients waiting on it, like
+    // the CLI's create, can show it; the registry's hint says when to retry.
     throw new KisteError('K06', {
-      message: build.state === 'failed' ? `The machine image could not be built: ${build.error}` : 'The machine image is still being built',
-      hint: build.step ? `Image build step: ${build.step}. Retry in a minute.` : undefined,
+      message: build.state === 'failed' ? `The machine image could not be built: ${build.error}`
+        : `The machine image is still being built${build.step ? ` (step ${build.step})` : ''}`,
     });
   }
 

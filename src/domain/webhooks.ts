@@ -62,10 +62,6 @@ export class Webhooks {
     return this.store.list(accountId);
   }
 
-  count(accountId: string): Promise<number> {
-    return this.store.count(accountId);
-  }
-
   async get(accountId: string, id: string): Promise<WebhookEndpoint> {
     const endpoint = await this.store.find(accountId, id);
     if (!endpoint) throw new KisteError('N10');

@@ -5,8 +5,9 @@ import type { ImplementedOperationId } from './operations';
 import { handler as AcknowledgeAlert } from '../../handlers/AcknowledgeAlert';
 import { handler as AddDeviceKey } from '../../handlers/AddDeviceKey';
 import { handler as ConnectTerminal } from '../../handlers/ConnectTerminal';
-import { handler as ConsoleApprovePage } from '../../handlers/ConsoleApprovePage';
-import { handler as ConsoleLoginPage } from '../../handlers/ConsoleLoginPage';
+import { handler as ConsoleIndex } from '../../handlers/ConsoleIndex';
+import { handler as ConsoleItemPage } from '../../handlers/ConsoleItemPage';
+import { handler as ConsolePage } from '../../handlers/ConsolePage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
 import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
@@ -27,6 +28,7 @@ import { handler as GetAlertPreferences } from '../../handlers/GetAlertPreferenc
 import { handler as GetApiToken } from '../../handlers/GetApiToken';
 import { handler as GetCliBundle } from '../../handlers/GetCliBundle';
 import { handler as GetCommand } from '../../handlers/GetCommand';
+import { handler as GetConsoleAsset } from '../../handlers/GetConsoleAsset';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
 import { handler as GetErrorDoc } from '../../handlers/GetErrorDoc';
 import { handler as GetInstallPowerShell } from '../../handlers/GetInstallPowerShell';
@@ -73,8 +75,9 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   AcknowledgeAlert,
   AddDeviceKey,
   ConnectTerminal,
-  ConsoleApprovePage,
-  ConsoleLoginPage,
+  ConsoleIndex,
+  ConsoleItemPage,
+  ConsolePage,
   CreateApiToken,
   CreateExport,
   CreateInstance,
@@ -95,6 +98,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetApiToken,
   GetCliBundle,
   GetCommand,
+  GetConsoleAsset,
   GetConsoleSession,
   GetErrorDoc,
   GetInstallPowerShell,

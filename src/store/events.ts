@@ -46,6 +46,14 @@ export interface EventQuery {
   resourceId?: string;
 }
 
+export interface NewestEventQuery {
+  /** Only events up to here, as in EventQuery. */
+  upTo: bigint;
+  limit: number;
+  resourceType?: string;
+  resourceId?: string;
+}
+
 export class EventStore {
   constructor(private readonly db: Db) {}
 
@@ -58,13 +66,17 @@ export class EventStore {
   /** Oldest first. */
   list(accountId: string, query: EventQuery): Promise<Event[]> {
     return this.db.event.findMany({
-      where: {
-        accountId,
-        sequence: { gt: query.after, lte: query.upTo },
-        ...(query.resourceType ? { resourceType: query.resourceType } : {}),
-        ...(query.resourceId ? { resourceId: query.resourceId } : {}),
-      },
+      where: { accountId, sequence: { gt: query.after, lte: query.upTo }, ...resourceFilter(query) },
       orderBy: { sequence: 'asc' },
+      take: query.limit,
+    });
+  }
+
+  /** The newest `limit` events up to `upTo`, newest first. */
+  listNewest(accountId: string, query: NewestEventQuery): Promise<Event[]> {
+    return this.db.event.findMany({
+      where: { accountId, sequence: { lte: query.upTo }, ...resourceFilter(query) },
+      orderBy: { sequence: 'desc' },
       take: query.limit,
     });
   }
@@ -87,4 +99,11 @@ export class EventStore {
     }
     return removed;
   }
+}
+
+function resourceFilter(query: { resourceType?: string; resourceId?: string }): { resourceType?: string; resourceId?: string } {
+  return {
+    ...(query.resourceType ? { resourceType: query.resourceType } : {}),
+    ...(query.resourceId ? { resourceId: query.resourceId } : {}),
+  };
 }

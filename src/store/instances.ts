@@ -22,6 +22,10 @@ export class InstanceStore {
     return this.db.instance.findUnique({ where: { id } });
   }
 
+  /**
+   * What the machine limits count (L02, L03, L04) and GET /v1/status reports: every row (one being
+   * deleted still holds its disk); running = driven to run, so a starting machine counts too.
+   */
   async footprint(accountId: string, tx: Tx | Db = this.db): Promise<{ machines: number; runningMachines: number; diskMib: number }> {
     const rows = await tx.instance.findMany({ where: { accountId }, select: { status: true, desiredState: true, diskMib: true } });
     return {

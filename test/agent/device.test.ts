@@ -2,7 +2,7 @@
 // on a raw pseudo-terminal that socat bridges to a unix socket. Covers the non-blocking stream over
 // the port and reopening it after it fails. Needs socat (Debian package socat; .ci/run installs it).
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AgentClient } from '../../src/compute/agent-client';
@@ -24,7 +24,18 @@ describe('device link (pty through socat)', () => {
   async function startSocat(): Promise<void> {
     // The pty first (socat opens its addresses in order), so the agent can open it before a host connects.
     socat = spawn('socat', [`PTY,link=${port},rawer,echo=0`, `UNIX-LISTEN:${hostSocket}`], { stdio: 'ignore' });
-    await eventually(() => existsSync(port) && existsSync(hostSocket), 5000, 'socat');
+    // The socket file exists from bind(); connecting before listen() is refused, so wait for the listening flag.
+    await eventually(() => existsSync(port) && unixSocketListening(hostSocket), 5000, 'socat');
+  }
+
+  /** True once some process listens on the unix socket at this path (/proc/net/unix, flag __SO_ACCEPTCON). */
+  function unixSocketListening(path: string): boolean {
+    return readFileSync('/proc/net/unix', 'utf8')
+      .split('\n')
+      .some((line) => {
+        const fields = line.trim().split(/\s+/);
+        return fields[7] === path && (parseInt(fields[3], 16) & 0x10000) !== 0;
+      });
   }
 
   async function stopSocat(): Promise<void> {

@@ -1,6 +1,6 @@
 // The kiste CLI's account commands against a listening service: API keys (create prints the value
 // alone, list, revoke), device keys (add, list, delete), the event stream (list, --follow sees a new
-// event as it happens), and a refusal shown with the service's message, hint and request id.
+// event as it happens), auth unlock, and a refusal shown with the service's message, hint and request id.
 import { execFile } from 'node:child_process';
 import { createServer, Server } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -48,6 +48,19 @@ describe('kiste keys, device-keys, events', () => {
     const refused = await kiste(['keys', 'create', 'x', '--days', '0']);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/^kiste: .*\(code: P01\)\n  hint: .+\n  request id: req_/);
+  });
+
+  test('auth unlock lifts the lock that failed browser sign-ins set', async () => {
+    const account = await createAccount(t);
+    const cli = await cliTokenFor(t, account);
+    for (let attempt = 0; attempt < 5; attempt++) {
+      await t.api.post('/v1/auth/login').send({ email: account.email, password: 'not the password' }).expect(attempt < 4 ? 401 : 403);
+    }
+    expect((await t.api.get('/v1/me').set(bearer(cli)).expect(200)).body.sign_in_locked).toBe(true);
+    const unlocked = await runKiste(['--json', 'auth', 'unlock'], cliEnv({ KISTE_CONFIG_DIR: join(dir, 'config'), KISTE_URL: url, KISTE_TOKEN: cli }));
+    expect(unlocked.code).toBe(0);
+    expect(JSON.parse(unlocked.stdout)).toMatchObject({ object: 'sign_in_unlock', unlocked: true });
+    expect((await t.api.get('/v1/me').set(bearer(cli)).expect(200)).body.sign_in_locked).toBe(false);
   });
 
   test('device keys: add, list, delete', async () => {

@@ -12,12 +12,11 @@ import { createServer, Server } from 'node:http';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Browser, BrowserContext, chromium, Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { pollUntil } from '../../src/compute/qemu/wait';
+import { launchChromium } from '../support/browser';
 import { bearer, browserFor, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
 import { cliEnv, runKiste, spawnKiste } from '../support/kiste-cli';
-
-const CHROMIUM = process.env.KISTE_CHROMIUM ?? '/usr/bin/chromium';
 
 /** `kiste login --no-browser` as a child: its output so far, and its exit code once it ends. */
 interface LoginRun {
@@ -37,16 +36,7 @@ describe('kiste login / logout through a real browser', () => {
   const contexts: BrowserContext[] = [];
 
   beforeAll(async () => {
-    // Fail (not skip) without a browser, and say what is missing.
-    if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium not found at ${CHROMIUM}: install the Debian package \`chromium\` or set KISTE_CHROMIUM to a Chromium/Chrome binary`);
-    }
-    try {
-      // As root Chromium refuses to start with its sandbox.
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-    } catch (error) {
-      throw new Error(`Chromium at ${CHROMIUM} did not start: ${error instanceof Error ? error.message : String(error)}`);
-    }
+    browser = await launchChromium();
     t = await startTestService();
     server = createServer(t.app);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -1,6 +1,7 @@
 // The account event stream: oldest first without gaps, cursors that move past filtered-out events,
-// long polls that answer when an event commits, retention with 410 N30, account scoping, and (in a
-// second part) continuity across a restart and across two service processes on one database.
+// long polls that answer when an event commits, tail reads of the newest events with the head as
+// cursor, retention with 410 N30, account scoping, and (in a second part) continuity across a
+// restart and across two service processes on one database.
 import request from 'supertest';
 import { checkContract } from '../support/contract';
 import { freshDatabaseUrl, FreshDatabase } from '../support/database';
@@ -123,6 +124,100 @@ describe('GET /v1/events', () => {
     const fromStart = await t.api.get('/v1/events?after=0').set(bearer(key)).expect(200);
     expect(fromStart.body.data.map((e: EventBody) => [e.sequence, e.data.label])).toEqual([[before + 1, 'recent']]);
     await t.api.get(`/v1/events?after=${before}`).set(bearer(key)).expect(200); // the cursor a follower holds still works
+  });
+
+  describe('tail: the newest events, then follow live', () => {
+    const sequencesOf = (body: { data: EventBody[] }) => body.data.map((e) => e.sequence);
+
+    it('reads the newest N oldest first; next_cursor is the head, from which a long poll gets only later events', async () => {
+      const { account, key } = await newAccount();
+      for (let i = 0; i < 5; i++) await t.services.apiTokens.create(account.id, `key ${i}`, 3600);
+      const all = (await t.api.get('/v1/events?limit=200').set(bearer(key)).expect(200)).body;
+      const head = all.next_cursor as number;
+      expect(head).toBe(all.data.at(-1).sequence);
+
+      const tail = await t.api.get('/v1/events?tail=3').set(bearer(key)).expect(200);
+      expect(sequencesOf(tail.body)).toEqual([head - 2, head - 1, head]);
+      expect(tail.body.data.map((e: EventBody) => e.data.label)).toEqual(['key 2', 'key 3', 'key 4']);
+      expect(tail.body).toMatchObject({ object: 'event_list', next_cursor: head, has_more: true }); // older events are kept
+
+      const waiting = t.api.get(`/v1/events?after=${tail.body.next_cursor}&wait_ms=20000`).set(bearer(key)).then((res) => res);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await t.services.apiTokens.create(account.id, 'live', 3600);
+      const answer = await waiting;
+      expect(answer.status).toBe(200);
+      expect(answer.body.data.map((e: EventBody) => [e.sequence, e.data.label])).toEqual([[head + 1, 'live']]);
+    });
+
+    it('a tail larger than the stream reads all of it, with has_more false', async () => {
+      const { account, key } = await newAccount();
+      await t.services.apiTokens.create(account.id, 'one more', 3600);
+      const all = (await t.api.get('/v1/events?limit=200').set(bearer(key)).expect(200)).body;
+      const tail = await t.api.get('/v1/events?tail=200').set(bearer(key)).expect(200);
+      expect(sequencesOf(tail.body)).toEqual(sequencesOf(all));
+      expect(tail.body).toMatchObject({ next_cursor: all.next_cursor, has_more: false });
+    });
+
+    it('applies the filters; the cursor is still the head, past the events they left out', async () => {
+      const { account, key } = await newAccount();
+      const watched = await t.services.apiTokens.create(account.id, 'watched', 3600);
+      await t.services.apiTokens.create(account.id, 'other', 3600);
+      const all = (await t.api.get('/v1/events?limit=200').set(bearer(key)).expect(200)).body;
+      const head = all.next_cursor as number;
+      const accountEvents = all.data.filter((e: EventBody) => e.resource_type === 'account');
+      expect(accountEvents.length).toBeGreaterThan(0);
+      expect(accountEvents.at(-1).sequence).toBeLessThan(head); // the newest events are api_token ones
+
+      const byType = await t.api.get('/v1/events?tail=1&resource_type=account').set(bearer(key)).expect(200);
+      expect(sequencesOf(byType.body)).toEqual([accountEvents.at(-1).sequence]);
+      expect(byType.body).toMatchObject({ next_cursor: head, has_more: accountEvents.length > 1 });
+
+      const byId = await t.api.get(`/v1/events?tail=5&resource_type=api_token&resource_id=${watched.record.id}`).set(bearer(key)).expect(200);
+      expect(byId.body.data.map((e: EventBody) => [e.type, e.resource_id, e.data.label])).toEqual([['api_token.created', watched.record.id, 'watched']]);
+      expect(byId.body).toMatchObject({ next_cursor: head, has_more: false });
+
+      const tokens = await t.api.get('/v1/events?tail=2&resource_type=api_token').set(bearer(key)).expect(200);
+      expect(tokens.body.data.map((e: EventBody) => e.data.label)).toEqual(['watched', 'other']);
+      expect(tokens.body).toMatchObject({ next_cursor: head, has_more: true }); // the test key's event is older
+    });
+
+    it('an account without events reads nothing, next_cursor 0, and follows from there', async () => {
+      const { account, key } = await newAccount();
+      // as if the account had never done anything: no events, the counter at 0
+      const prisma = t.services.database.prisma;
+      await prisma.event.deleteMany({ where: { accountId: account.id } });
+      await prisma.account.update({ where: { id: account.id }, data: { eventSequence: 0 } });
+      const tail = await t.api.get('/v1/events?tail=20').set(bearer(key)).expect(200);
+      expect(tail.body).toMatchObject({ data: [], next_cursor: 0, has_more: false });
+      await t.services.apiTokens.create(account.id, 'first', 3600);
+      const next = await t.api.get(`/v1/events?after=${tail.body.next_cursor}&wait_ms=1000`).set(bearer(key)).expect(200);
+      expect(next.body.data.map((e: EventBody) => [e.sequence, e.data.label])).toEqual([[1, 'first']]);
+    });
+
+    it("never shows another account's events", async () => {
+      const a = await newAccount();
+      const b = await newAccount();
+      const headOfA = (await t.api.get('/v1/events?limit=200').set(bearer(a.key)).expect(200)).body.next_cursor as number;
+      for (let i = 0; i < 3; i++) await t.services.apiTokens.create(b.account.id, `only b ${i}`, 3600);
+      const seenByA = await t.api.get('/v1/events?tail=200').set(bearer(a.key)).expect(200);
+      expect(seenByA.body.data.length).toBeGreaterThan(0);
+      expect(seenByA.body.data.every((e: EventBody) => e.resource_id !== b.account.id && !String(e.data.label ?? '').startsWith('only b'))).toBe(true);
+      expect(seenByA.body.next_cursor).toBe(headOfA); // b's events move b's head only
+      const aFilteredToB = await t.api.get(`/v1/events?tail=200&resource_id=${b.account.id}`).set(bearer(a.key)).expect(200);
+      expect(aFilteredToB.body).toMatchObject({ data: [], next_cursor: headOfA, has_more: false });
+    });
+
+    it('refuses tail with after or wait_ms, and out of range, with P01', async () => {
+      const { key } = await newAccount();
+      for (const query of ['tail=5&after=0', 'tail=5&after=2', 'tail=5&wait_ms=0', 'tail=5&wait_ms=1000']) {
+        const res = await t.api.get(`/v1/events?${query}`).set(bearer(key)).expect(400);
+        expect(res.body.error).toMatchObject({ code: 'P01', param: 'tail' });
+      }
+      for (const query of ['tail=0', 'tail=201', 'tail=abc', 'tail=1.5']) {
+        const res = await t.api.get(`/v1/events?${query}`).set(bearer(key)).expect(400);
+        expect(res.body.error).toMatchObject({ code: 'P01', param: 'tail' });
+      }
+    });
   });
 
   it('refuses out-of-range parameters with P01', async () => {

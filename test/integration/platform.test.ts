@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { ManualClock, SshKeyFactory } from '../fixtures/account-access';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
+import { insertInstance } from '../support/instance-rows';
 import { ERRORS, ErrorCode } from '../../src/generated/errors';
 import { errorEnvelope, KisteError } from '../../src/errors';
 
@@ -72,7 +73,17 @@ describe('platform', () => {
         uptime_7d_percent: 100,
         incidents: [],
         maintenance: [],
+        open_signup: false,
       });
+    });
+
+    it('says whether sign-up is open (the console offers it then)', async () => {
+      const open = await startTestService({ env: { KISTE_OPEN_SIGNUP: 'true' } });
+      try {
+        expect((await open.api.get('/status.json').expect(200)).body.open_signup).toBe(true);
+      } finally {
+        await open.close();
+      }
     });
 
     it('uptime counts the minutes without a heartbeat', async () => {
@@ -233,13 +244,27 @@ describe('platform', () => {
       expect((await t.api.get('/v1/status').set(bearer(apiKey)).expect(200)).body.usage).toMatchObject({ api_tokens: 1, device_keys: 1 });
     });
 
+    it('counts machines as the machine limits do: every one, running = driven to run, disk summed', async () => {
+      // Rows without VMs (machine tests check the same against real guests and tunnels).
+      const account = await createAccount(t);
+      const cli = await cliTokenFor(t, account);
+      await insertInstance(t, account, 'up', 'running', { diskMib: 4096 });
+      await insertInstance(t, account, 'booting', 'starting', { diskMib: 3072 });
+      await insertInstance(t, account, 'parked', 'stopped', { desiredState: 'stopped', diskMib: 2048 });
+      await insertInstance(t, account, 'going', 'deleting', { desiredState: 'deleted', diskMib: 1024 });
+      const usage = (await t.api.get('/v1/status').set(bearer(cli)).expect(200)).body.usage;
+      expect(usage).toMatchObject({ machines: 4, running_machines: 2, disk_mib: 4096 + 3072 + 2048 + 1024, ssh_tunnels: 0 });
+      expect(await t.services.instances.list(account.id)).toHaveLength(usage.machines);
+    });
+
     it('counts only the caller’s account', async () => {
       const a = await createAccount(t);
       const b = await createAccount(t);
       await apiKeyFor(t, b);
       await apiKeyFor(t, b);
+      await insertInstance(t, b, 'theirs', 'running');
       const usage = (await t.api.get('/v1/status').set(bearer(await cliTokenFor(t, a))).expect(200)).body.usage;
-      expect(usage.api_tokens).toBe(0);
+      expect(usage).toMatchObject({ api_tokens: 0, machines: 0, running_machines: 0, disk_mib: 0 });
     });
 
     it('reports open sign-up when the operator enabled it', async () => {

@@ -5,7 +5,8 @@
 // WebSocket tunnel, with the system's OpenSSH client: the host key from ssh-host-key pinned in known_hosts (StrictHostKeyChecking=yes),
 // a command, scp both ways, a local port forward; refusals before the upgrade (426 P08, 409 L07,
 // 409 K03); a device key added works at the next opening and stops working once deleted; idle,
-// sign-out-everywhere and stop close open tunnels. Tunnel rules here: 2 per account, 4 s idle.
+// sign-out-everywhere and stop close open tunnels; GET /v1/status counts the machine, its running
+// and its disk, and the open tunnels, as they change. Tunnel rules here: 2 per account, 4 s idle.
 import { execFile } from 'node:child_process';
 import { createServer, Server } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -65,6 +66,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     '-o', `ProxyCommand=${KISTE_CLI.join(' ')} --url http://127.0.0.1:${port} --token ${token} tunnel %h`,
   ];
   const ssh = (identity: string, command: string, extra: string[] = []) => run('ssh', [...sshArgs(identity), ...extra, `root@${NAME}.kiste`, command]);
+  const usage = async () => (await t.api.get('/v1/status').set(bearer(key)).expect(200)).body.usage;
   const newKey = (name: string) => run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]).then(() => join(dir, name));
 
   /** The kiste CLI as a user runs it, with its own config directory. */
@@ -170,6 +172,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     const second = await openRaw(port, cli);
     expect(await bannerOf(first.ws!)).toMatch(/^SSH-2\.0-OpenSSH/);
     expect(second.ws).toBeDefined();
+    expect(await usage()).toMatchObject({ machines: 1, running_machines: 1, disk_mib: 2048, ssh_tunnels: 2 });
     const third = await openRaw(port, key);
     expect(third.status).toBe(409);
     expect(third.body.error).toMatchObject({ code: 'L07', type: 'tunnel_limit_reached', retryable: true });
@@ -178,6 +181,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     expect(await first.closed).toMatchObject({ code: 4001 });
     expect(await second.closed).toMatchObject({ code: 4001 });
     expect(t.services.sshTunnels.count(accountId)).toBe(0);
+    expect((await usage()).ssh_tunnels).toBe(0);
     const again = await openRaw(port, key);
     expect(again.ws).toBeDefined();
     again.ws!.close();
@@ -288,9 +292,12 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
   test('stopping the machine closes its tunnel; a stopped machine refuses with 409 K03', async () => {
     const open = await openRaw(port, key);
     expect(open.ws).toBeDefined();
+    expect(await usage()).toMatchObject({ machines: 1, running_machines: 1, disk_mib: 2048, ssh_tunnels: 1 });
     await t.api.post(`/v1/instances/${NAME}/stop`).set(bearer(key)).send({}).expect(200);
     expect((await open.closed!).code).toBeGreaterThanOrEqual(1000);
     expect(t.services.sshTunnels.count(accountId)).toBe(0);
+    // A stopped machine still counts as a machine and keeps its disk; it no longer runs.
+    expect(await usage()).toMatchObject({ machines: 1, running_machines: 0, disk_mib: 2048, ssh_tunnels: 0 });
     const refused = await openRaw(port, key);
     expect(refused.status).toBe(409);
     expect(refused.body.error).toMatchObject({ code: 'K03' });
@@ -298,6 +305,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
 
   test('the kiste CLI drives the lifecycle: resume, list, get, metrics, logs, stop --snapshot, delete', async () => {
     expect(await kiste(['resume', NAME])).toMatchObject({ code: 0, stdout: `${NAME}: running\n` });
+    expect((await usage()).running_machines).toBe(1);
     const list = await kiste(['list']);
     expect(list.stdout).toMatch(new RegExp(`^NAME +STATUS +VCPU +MEMORY +DISK +EXPIRES +CREATED\n${NAME} +running +1 +768 MiB +2048 MiB +- +`));
     expect(JSON.parse((await kiste(['--json', 'get', NAME])).stdout)).toMatchObject({ object: 'instance', name: NAME, status: 'running' });
@@ -307,6 +315,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
     expect((await t.services.database.prisma.instance.findFirstOrThrow({ where: { accountId, name: NAME } })).sessionSaved).toBe(true);
     expect(await kiste(['delete', NAME])).toMatchObject({ code: 0, stdout: `${NAME} deleted\n` });
     await t.api.get(`/v1/instances/${NAME}`).set(bearer(key)).expect(404);
+    expect(await usage()).toMatchObject({ machines: 0, running_machines: 0, disk_mib: 0, ssh_tunnels: 0 });
     const gone = await kiste(['get', NAME]);
     expect(gone.code).toBe(1);
     expect(gone.stderr).toMatch(/\(code: K01\)/);

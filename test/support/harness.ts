@@ -40,6 +40,8 @@ export interface TestServiceOptions {
   webhooks?: ServiceOptions['webhooks'];
   /** SSH tunnel rules (per-account limit, idle time). */
   tunnels?: ServiceOptions['tunnels'];
+  /** The built console and CLI download (default: the package's dist/, built before the tests). */
+  builtFiles?: ServiceOptions['builtFiles'];
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -57,6 +59,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     commandOutputLimitBytes: options.commandOutputLimitBytes,
     webhooks: options.webhooks,
     tunnels: options.tunnels,
+    builtFiles: options.builtFiles,
   });
   const app = await createApp(services, pino({ level: 'silent' }));
   const api = Object.fromEntries(

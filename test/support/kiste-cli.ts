@@ -2,6 +2,7 @@
 // loader), with an environment free of the test runner's own KISTE_* settings.
 import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { shellQuote } from '../../src/shell-quote';
 
 export const KISTE_CLI = [process.execPath, '--import', 'tsx', join(__dirname, '../../cli/kiste.ts')];
 
@@ -32,4 +33,14 @@ export function runKiste(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun
 /** The CLI as a long-running child (login waiting for the browser, events --follow). */
 export function spawnKiste(args: string[], env: NodeJS.ProcessEnv) {
   return spawn(KISTE_CLI[0]!, [...KISTE_CLI.slice(1), ...args], { env });
+}
+
+/**
+ * The CLI on a pseudo-terminal (script(1)) `columns` wide, as a user at a terminal runs it: spinners
+ * are drawn, stdout and stderr arrive together on the child's stdout, and what is written to its
+ * stdin is typed (\x03 is Ctrl-C).
+ */
+export function spawnKisteOnTerminal(args: string[], env: NodeJS.ProcessEnv, columns = 160) {
+  const command = [...KISTE_CLI, ...args].map(shellQuote).join(' ');
+  return spawn('script', ['--quiet', '--return', '--command', `stty cols ${columns}; exec ${command}`, '/dev/null'], { env });
 }

@@ -1,0 +1,31 @@
+// The event types and resource types of the account stream, as values the pages can list: generated
+// from openapi.yaml (codegen's enumValues), so the lists are the spec's.
+import { controlEventResponseResource_typeValues, eventTypeValues } from '../../../../src/generated/api';
+import type { Schemas } from '../../api';
+
+export type EventType = Schemas['EventType'];
+export type ResourceType = Schemas['ControlEventResponse']['resource_type'];
+
+export const EVENT_TYPES: readonly EventType[] = eventTypeValues;
+export const RESOURCE_TYPES: readonly ResourceType[] = controlEventResponseResource_typeValues;
+
+const RESOURCE_LABELS: Record<ResourceType, string> = {
+  instance: 'Machines',
+  command: 'Commands',
+  snapshot: 'Snapshots',
+  webhook: 'Webhooks',
+  alert: 'Alerts',
+  api_token: 'API keys',
+  device_key: 'Device keys',
+  session: 'Sign-ins',
+  account: 'Account',
+};
+
+export function resourceLabel(type: ResourceType): string {
+  return RESOURCE_LABELS[type];
+}
+
+/** Event types by what they are about (the part before the dot), in the spec's order. */
+export function eventTypeGroups(): { resource: ResourceType; types: EventType[] }[] {
+  return RESOURCE_TYPES.map((resource) => ({ resource, types: EVENT_TYPES.filter((type) => type.split('.')[0] === resource) })).filter((group) => group.types.length > 0);
+}
