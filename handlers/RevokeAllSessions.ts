@@ -3,9 +3,10 @@ import { SESSION_COOKIE } from '../src/http/cookies';
 
 export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) => {
   const revoked = await services.signIn.revokeAll(auth.accountId);
-  // The spec: signing out everywhere closes SSH tunnels and terminals too.
+  // The spec: signing out everywhere closes SSH tunnels, terminals and open desktops too.
   services.sshTunnels.closeAccount(auth.accountId);
   services.terminals.closeAccount(auth.accountId);
+  await services.desktops.closeAccount(auth.accountId);
   return {
     status: 200,
     body: {

@@ -38,6 +38,11 @@ export interface Config {
   webhooksAllowPrivateTargetsUnsafe: boolean;
   /** SMTP relay for alert e-mail (KISTE_SMTP_URL, KISTE_MAIL_FROM); null: alerts are not e-mailed. */
   smtp: { url: string; from: string } | null;
+  /**
+   * TURN relay for desktop viewers on strict networks (KISTE_TURN_URLS, KISTE_TURN_SECRET: coturn's
+   * static-auth-secret); null: ICE host candidates only.
+   */
+  turn: { urls: string[]; secret: string } | null;
 }
 
 export class ConfigError extends Error {}
@@ -137,10 +142,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     machineUidBase: uidBase(env.KISTE_MACHINE_UID_BASE),
     webhooksAllowPrivateTargetsUnsafe: flag(env.KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE),
     smtp: smtpSettings(env.KISTE_SMTP_URL, env.KISTE_MAIL_FROM, baseUrl),
+    turn: turnSettings(env.KISTE_TURN_URLS, env.KISTE_TURN_SECRET),
   };
 }
 
 /** The relay URL (smtp:// or smtps://) and the From address: KISTE_MAIL_FROM, else the relay user when it is an address, else kiste@<base URL host name> (localhost for an IP address). */
+function turnSettings(urls: string | undefined, secret: string | undefined): Config['turn'] {
+  if (!urls?.trim()) {
+    if (secret) throw new ConfigError('KISTE_TURN_SECRET is set but KISTE_TURN_URLS is not');
+    return null;
+  }
+  if (!secret) throw new ConfigError('KISTE_TURN_URLS needs KISTE_TURN_SECRET (the TURN server\'s static-auth-secret)');
+  const list = urls.split(',').map((url) => url.trim());
+  for (const url of list) {
+    if (!/^turns?:[^\s,]+$/.test(url)) throw new ConfigError(`KISTE_TURN_URLS must be comma-separated turn: or turns: URLs, got "${url}"`);
+  }
+  return { urls: list, secret };
+}
+
 function smtpSettings(url: string | undefined, from: string | undefined, baseUrl: string): Config['smtp'] {
   if (!url) {
     if (from) throw new ConfigError('KISTE_MAIL_FROM is set but KISTE_SMTP_URL is not');

@@ -57,6 +57,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       // Upgraded connections do not end with server.close(): tunnels close first.
       services.sshTunnels.closeAll();
       services.terminals.closeAll();
+      services.desktops.closeAll();
       webSockets.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

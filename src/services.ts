@@ -23,6 +23,10 @@ import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
 import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
 import { Terminals, type TerminalSettings } from './domain/terminals';
+import { Desktops } from './domain/desktops';
+import { DesktopStore } from './store/desktop';
+import type { MachineDisplay } from './compute/machine-display';
+const PLACEHOLDER_DISPLAY: MachineDisplay = { state: async () => 'none', connect: async () => { throw new Error('x'); }, resize: async (_i, s) => s };
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
@@ -72,6 +76,8 @@ export interface Services {
   commands: Commands;
   sshTunnels: SshTunnels;
   terminals: Terminals;
+  /** Desktop links, viewer sessions and their streams. */
+  desktops: Desktops;
   alerts: Alerts;
   webhooks: Webhooks;
   webhookDeliveries: WebhookDeliveries;
@@ -93,6 +99,8 @@ export interface ServiceOptions {
   tunnels?: TunnelSettings;
   /** Browser terminal timings (connect and reattach windows, replay size). */
   terminals?: TerminalSettings;
+  /** The machines' screens (default: QEMU's display of each machine); tests inject faults here. */
+  machineDisplay?: MachineDisplay;
   logger?: { info(object: object, message: string): void; warn(object: object, message: string): void; error(object: object, message: string): void };
   /** Webhook deliveries, for tests and benchmarks: name resolver, extra trusted CAs (never needed in production), attempt timeout, jitter source. */
   webhooks?: { resolve?: Resolver; ca?: string | Buffer | (string | Buffer)[]; timeoutMs?: number; random?: () => number };
@@ -195,6 +203,8 @@ export function createServices(config: Config, database: Database, options: Serv
     commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
+    desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
+      options.machineDisplay ?? PLACEHOLDER_DISPLAY, clock),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,

@@ -80,6 +80,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/desktop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The desktop viewer
+         * @description Where desktop links open (`{desktop_url}/desktop#<machine reference>`; the reference stays in the fragment, so it reaches neither logs nor other sites). The console app shell: the viewer asks for sign-in, then runs the viewer protocol with the reference.
+         */
+        get: operations["DesktopViewer"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/docs/errors/{code}": {
         parameters: {
             query?: never;
@@ -599,7 +619,7 @@ export interface paths {
         put?: never;
         /**
          * Check that the desktop can stream
-         * @description Needs the desktop link and the signed-in account. 204 when the desktop can stream; 503 D03 while it starts.
+         * @description Needs the desktop link and the signed-in account (403 D01 for a link that is unknown, expired, revoked or another account's). 204 when the desktop can stream; 503 D03 while it starts; 409 K03 while the instance is not running; 409 D06 when its image has no desktop.
          */
         post: operations["DesktopPreflight"];
         delete?: never;
@@ -2145,14 +2165,20 @@ export interface components {
         DesktopBootstrapPreflightRequest: {
             /** @description Machine reference from the desktop link. */
             machine: string;
-            /** @description Streaming protocol the viewer speaks. */
-            protocol: string;
+            /**
+             * @description Streaming protocol the viewer speaks (the recovery console is part of every session).
+             * @enum {string}
+             */
+            protocol: "webrtc";
         };
         DesktopBootstrapRequest: {
             /** @description Machine reference from the desktop link. */
             machine: string;
-            /** @description Streaming protocol the viewer speaks. */
-            protocol: string;
+            /**
+             * @description Streaming protocol the viewer speaks (the recovery console is part of every session).
+             * @enum {string}
+             */
+            protocol: "webrtc";
         };
         DesktopBootstrapResponse: {
             /** Format: date-time */
@@ -2296,7 +2322,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K20" | "K21" | "K22" | "K30" | "K31" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L13" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K20" | "K21" | "K22" | "K30" | "K31" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L13" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -3376,6 +3402,33 @@ export interface operations {
                 };
             };
             400: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
+    DesktopViewer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The viewer's page (the console app shell). */
+            200: {
+                headers: {
+                    "cache-control": components["headers"]["NoCache"];
+                    "content-security-policy": components["headers"]["ConsoleCsp"];
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             503: components["responses"]["Error"];
@@ -6715,7 +6768,9 @@ export const billingPlanStateStateValues: ReadonlyArray<FlattenedDeepRequired<co
 export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account"];
 export const controlPlaneFeaturesAcceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneFeatures"]["accelerator"]> = ["kvm", "tcg", "none"];
 export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateInstanceRequest"]["profile"]> = ["desktop"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K20", "K21", "K22", "K30", "K31", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L13", "B01", "B02", "B03"];
+export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
+export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K20", "K21", "K22", "K30", "K31", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L13", "B01", "B02", "B03"];
 export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];

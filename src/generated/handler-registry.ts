@@ -9,6 +9,8 @@ import { handler as ConsoleIndex } from '../../handlers/ConsoleIndex';
 import { handler as ConsoleItemPage } from '../../handlers/ConsoleItemPage';
 import { handler as ConsolePage } from '../../handlers/ConsolePage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
+import { handler as CreateDesktopLink } from '../../handlers/CreateDesktopLink';
+import { handler as CreateDesktopSession } from '../../handlers/CreateDesktopSession';
 import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
 import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
@@ -19,7 +21,10 @@ import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
 import { handler as DeleteWebhook } from '../../handlers/DeleteWebhook';
+import { handler as DesktopPreflight } from '../../handlers/DesktopPreflight';
+import { handler as DesktopViewer } from '../../handlers/DesktopViewer';
 import { handler as DownloadExport } from '../../handlers/DownloadExport';
+import { handler as EndDesktopSession } from '../../handlers/EndDesktopSession';
 import { handler as ExecInstance } from '../../handlers/ExecInstance';
 import { handler as ExtendInstance } from '../../handlers/ExtendInstance';
 import { handler as ForkInstance } from '../../handlers/ForkInstance';
@@ -58,11 +63,14 @@ import { handler as Logout } from '../../handlers/Logout';
 import { handler as OAuthAuthorize } from '../../handlers/OAuthAuthorize';
 import { handler as OAuthAuthorizeDecision } from '../../handlers/OAuthAuthorizeDecision';
 import { handler as OAuthToken } from '../../handlers/OAuthToken';
+import { handler as OpenRecoveryConsole } from '../../handlers/OpenRecoveryConsole';
 import { handler as OpenSshTunnel } from '../../handlers/OpenSshTunnel';
 import { handler as RenameInstance } from '../../handlers/RenameInstance';
+import { handler as RenewDesktopSession } from '../../handlers/RenewDesktopSession';
 import { handler as RestartInstance } from '../../handlers/RestartInstance';
 import { handler as ResumeInstance } from '../../handlers/ResumeInstance';
 import { handler as RevokeAllSessions } from '../../handlers/RevokeAllSessions';
+import { handler as RevokeDesktopLinks } from '../../handlers/RevokeDesktopLinks';
 import { handler as SignUp } from '../../handlers/SignUp';
 import { handler as StopInstance } from '../../handlers/StopInstance';
 import { handler as TestWebhook } from '../../handlers/TestWebhook';
@@ -79,6 +87,8 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ConsoleItemPage,
   ConsolePage,
   CreateApiToken,
+  CreateDesktopLink,
+  CreateDesktopSession,
   CreateExport,
   CreateInstance,
   CreateTerminalSession,
@@ -89,7 +99,10 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   DeleteInstance,
   DeleteSession,
   DeleteWebhook,
+  DesktopPreflight,
+  DesktopViewer,
   DownloadExport,
+  EndDesktopSession,
   ExecInstance,
   ExtendInstance,
   ForkInstance,
@@ -128,11 +141,14 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   OAuthAuthorize,
   OAuthAuthorizeDecision,
   OAuthToken,
+  OpenRecoveryConsole,
   OpenSshTunnel,
   RenameInstance,
+  RenewDesktopSession,
   RestartInstance,
   ResumeInstance,
   RevokeAllSessions,
+  RevokeDesktopLinks,
   SignUp,
   StopInstance,
   TestWebhook,

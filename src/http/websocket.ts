@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { SshTunnel, TunnelEnd, TunnelPeer } from '../domain/ssh-tunnels';
 import type { TerminalPeer, TerminalSession } from '../domain/terminals';
+import type { DesktopStream } from '../domain/desktops';
 
 /** What a handler gets for an upgrade request (null for a plain request: 426 P08). */
 export interface WebSocketUpgrade {
@@ -142,4 +143,41 @@ export function carryTerminal(ws: WebSocket, session: TerminalSession): void {
   ws.on('close', () => session.detach(peer));
   ws.on('error', () => session.detach(peer));
   session.attach(peer).catch((error: Error) => peer.end(null, error.message));
+}
+
+/**
+ * The recovery console: the machine's RFB stream as binary frames both ways (what noVNC speaks).
+ * Backpressure holds the screen's side while the browser is slow; the console ends when either
+ * side closes, or when its desktop session ends (`track` registers it).
+ */
+export function carryRecoveryConsole(ws: WebSocket, rfb: Duplex, track: (stream: DesktopStream) => () => void): void {
+  const untrack = track({
+    close(reason) {
+      if (ws.readyState === ws.OPEN) ws.close(4003, reason.slice(0, 120));
+      else ws.terminate();
+      rfb.destroy();
+    },
+  });
+  rfb.on('data', (chunk: Buffer) => {
+    if (ws.readyState !== ws.OPEN) return;
+    ws.send(chunk, { binary: true }, () => {
+      if (ws.bufferedAmount < SEND_HIGH_WATER / 2 && rfb.isPaused()) rfb.resume();
+    });
+    if (ws.bufferedAmount >= SEND_HIGH_WATER) rfb.pause();
+  });
+  const end = (code: number, reason: string) => {
+    untrack();
+    rfb.destroy();
+    if (ws.readyState === ws.OPEN) ws.close(code, reason);
+  };
+  rfb.on('close', () => end(1000, 'the screen closed (the machine stopped?)'));
+  rfb.on('error', () => undefined);
+  ws.on('message', (data: RawData, isBinary: boolean) => {
+    if (!isBinary) return ws.close(1003, 'binary frames only');
+    ws.pause();
+    if (rfb.write(bufferOf(data))) ws.resume();
+    else rfb.once('drain', () => ws.resume());
+  });
+  ws.on('close', () => end(1000, 'closed'));
+  ws.on('error', () => end(1011, 'error'));
 }

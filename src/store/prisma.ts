@@ -12,4 +12,6 @@ export type {
   ExportLink,
   AccountDeletion,
   Event,
+  DesktopLink,
+  DesktopSession,
 } from '../generated/prisma/sqlite/client';

@@ -42,6 +42,8 @@ export interface TestServiceOptions {
   tunnels?: ServiceOptions['tunnels'];
   /** The built console and CLI download (default: the package's dist/, built before the tests). */
   builtFiles?: ServiceOptions['builtFiles'];
+  /** The machines' screens (fault injection: a desktop that is still starting, or none). */
+  machineDisplay?: ServiceOptions['machineDisplay'];
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -60,6 +62,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     webhooks: options.webhooks,
     tunnels: options.tunnels,
     builtFiles: options.builtFiles,
+    machineDisplay: options.machineDisplay,
   });
   const app = await createApp(services, pino({ level: 'silent' }));
   const api = Object.fromEntries(

@@ -99,3 +99,16 @@ export type Alert = Prisma.AlertModel
  * Per account and alert kind: whether alerts of that kind are e-mailed (they are always shown).
  */
 export type AlertPreference = Prisma.AlertPreferenceModel
+/**
+ * Model DesktopLink
+ * A desktop link: opens the instance's desktop viewer in browsers signed in to the account, any
+ * number of times until it expires or is revoked. Only the SHA-256 of its machine reference (the
+ * secret part of its URL) is stored.
+ */
+export type DesktopLink = Prisma.DesktopLinkModel
+/**
+ * Model DesktopSession
+ * A viewer's own desktop session, exchanged for a link without using it up: it lasts 24 hours,
+ * independent of the link, and ends when the account signs out everywhere.
+ */
+export type DesktopSession = Prisma.DesktopSessionModel

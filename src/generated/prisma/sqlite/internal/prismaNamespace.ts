@@ -412,7 +412,9 @@ export const ModelName = {
   WebhookEndpoint: 'WebhookEndpoint',
   WebhookDelivery: 'WebhookDelivery',
   Alert: 'Alert',
-  AlertPreference: 'AlertPreference'
+  AlertPreference: 'AlertPreference',
+  DesktopLink: 'DesktopLink',
+  DesktopSession: 'DesktopSession'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -428,7 +430,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1616,6 +1618,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    DesktopLink: {
+      payload: Prisma.$DesktopLinkPayload<ExtArgs>
+      fields: Prisma.DesktopLinkFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DesktopLinkFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DesktopLinkFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        findFirst: {
+          args: Prisma.DesktopLinkFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DesktopLinkFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        findMany: {
+          args: Prisma.DesktopLinkFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>[]
+        }
+        create: {
+          args: Prisma.DesktopLinkCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        createMany: {
+          args: Prisma.DesktopLinkCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DesktopLinkCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>[]
+        }
+        delete: {
+          args: Prisma.DesktopLinkDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        update: {
+          args: Prisma.DesktopLinkUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        deleteMany: {
+          args: Prisma.DesktopLinkDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DesktopLinkUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DesktopLinkUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>[]
+        }
+        upsert: {
+          args: Prisma.DesktopLinkUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopLinkPayload>
+        }
+        aggregate: {
+          args: Prisma.DesktopLinkAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDesktopLink>
+        }
+        groupBy: {
+          args: Prisma.DesktopLinkGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DesktopLinkGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DesktopLinkCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DesktopLinkCountAggregateOutputType> | number
+        }
+      }
+    }
+    DesktopSession: {
+      payload: Prisma.$DesktopSessionPayload<ExtArgs>
+      fields: Prisma.DesktopSessionFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.DesktopSessionFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.DesktopSessionFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        findFirst: {
+          args: Prisma.DesktopSessionFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.DesktopSessionFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        findMany: {
+          args: Prisma.DesktopSessionFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>[]
+        }
+        create: {
+          args: Prisma.DesktopSessionCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        createMany: {
+          args: Prisma.DesktopSessionCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.DesktopSessionCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>[]
+        }
+        delete: {
+          args: Prisma.DesktopSessionDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        update: {
+          args: Prisma.DesktopSessionUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        deleteMany: {
+          args: Prisma.DesktopSessionDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.DesktopSessionUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.DesktopSessionUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>[]
+        }
+        upsert: {
+          args: Prisma.DesktopSessionUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$DesktopSessionPayload>
+        }
+        aggregate: {
+          args: Prisma.DesktopSessionAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateDesktopSession>
+        }
+        groupBy: {
+          args: Prisma.DesktopSessionGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DesktopSessionGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.DesktopSessionCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.DesktopSessionCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1914,6 +2064,33 @@ export const AlertPreferenceScalarFieldEnum = {
 export type AlertPreferenceScalarFieldEnum = (typeof AlertPreferenceScalarFieldEnum)[keyof typeof AlertPreferenceScalarFieldEnum]
 
 
+export const DesktopLinkScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  tokenHash: 'tokenHash',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type DesktopLinkScalarFieldEnum = (typeof DesktopLinkScalarFieldEnum)[keyof typeof DesktopLinkScalarFieldEnum]
+
+
+export const DesktopSessionScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  linkId: 'linkId',
+  credentialId: 'credentialId',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  endedAt: 'endedAt'
+} as const
+
+export type DesktopSessionScalarFieldEnum = (typeof DesktopSessionScalarFieldEnum)[keyof typeof DesktopSessionScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -2190,6 +2367,8 @@ export type GlobalOmitConfig = {
   webhookDelivery?: Prisma.WebhookDeliveryOmit
   alert?: Prisma.AlertOmit
   alertPreference?: Prisma.AlertPreferenceOmit
+  desktopLink?: Prisma.DesktopLinkOmit
+  desktopSession?: Prisma.DesktopSessionOmit
 }
 
 /* Types for Logging */

@@ -66,7 +66,9 @@ export const ModelName = {
   WebhookEndpoint: 'WebhookEndpoint',
   WebhookDelivery: 'WebhookDelivery',
   Alert: 'Alert',
-  AlertPreference: 'AlertPreference'
+  AlertPreference: 'AlertPreference',
+  DesktopLink: 'DesktopLink',
+  DesktopSession: 'DesktopSession'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -342,6 +344,33 @@ export const AlertPreferenceScalarFieldEnum = {
 } as const
 
 export type AlertPreferenceScalarFieldEnum = (typeof AlertPreferenceScalarFieldEnum)[keyof typeof AlertPreferenceScalarFieldEnum]
+
+
+export const DesktopLinkScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  tokenHash: 'tokenHash',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  revokedAt: 'revokedAt'
+} as const
+
+export type DesktopLinkScalarFieldEnum = (typeof DesktopLinkScalarFieldEnum)[keyof typeof DesktopLinkScalarFieldEnum]
+
+
+export const DesktopSessionScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  linkId: 'linkId',
+  credentialId: 'credentialId',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt',
+  endedAt: 'endedAt'
+} as const
+
+export type DesktopSessionScalarFieldEnum = (typeof DesktopSessionScalarFieldEnum)[keyof typeof DesktopSessionScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -293,6 +293,8 @@ export type AccountWhereInput = {
   deliveries?: Prisma.WebhookDeliveryListRelationFilter
   alerts?: Prisma.AlertListRelationFilter
   alertPreferences?: Prisma.AlertPreferenceListRelationFilter
+  desktopLinks?: Prisma.DesktopLinkListRelationFilter
+  desktopSessions?: Prisma.DesktopSessionListRelationFilter
 }
 
 export type AccountOrderByWithRelationInput = {
@@ -321,6 +323,8 @@ export type AccountOrderByWithRelationInput = {
   deliveries?: Prisma.WebhookDeliveryOrderByRelationAggregateInput
   alerts?: Prisma.AlertOrderByRelationAggregateInput
   alertPreferences?: Prisma.AlertPreferenceOrderByRelationAggregateInput
+  desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
+  desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
 }
 
 export type AccountWhereUniqueInput = Prisma.AtLeast<{
@@ -352,6 +356,8 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   deliveries?: Prisma.WebhookDeliveryListRelationFilter
   alerts?: Prisma.AlertListRelationFilter
   alertPreferences?: Prisma.AlertPreferenceListRelationFilter
+  desktopLinks?: Prisma.DesktopLinkListRelationFilter
+  desktopSessions?: Prisma.DesktopSessionListRelationFilter
 }, "id" | "email">
 
 export type AccountOrderByWithAggregationInput = {
@@ -418,6 +424,8 @@ export type AccountCreateInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateInput = {
@@ -446,6 +454,8 @@ export type AccountUncheckedCreateInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUpdateInput = {
@@ -474,6 +484,8 @@ export type AccountUpdateInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateInput = {
@@ -502,6 +514,8 @@ export type AccountUncheckedUpdateInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateManyInput = {
@@ -825,6 +839,34 @@ export type AccountUpdateOneRequiredWithoutAlertPreferencesNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutAlertPreferencesInput, Prisma.AccountUpdateWithoutAlertPreferencesInput>, Prisma.AccountUncheckedUpdateWithoutAlertPreferencesInput>
 }
 
+export type AccountCreateNestedOneWithoutDesktopLinksInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDesktopLinksInput, Prisma.AccountUncheckedCreateWithoutDesktopLinksInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDesktopLinksInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutDesktopLinksNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDesktopLinksInput, Prisma.AccountUncheckedCreateWithoutDesktopLinksInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDesktopLinksInput
+  upsert?: Prisma.AccountUpsertWithoutDesktopLinksInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutDesktopLinksInput, Prisma.AccountUpdateWithoutDesktopLinksInput>, Prisma.AccountUncheckedUpdateWithoutDesktopLinksInput>
+}
+
+export type AccountCreateNestedOneWithoutDesktopSessionsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDesktopSessionsInput, Prisma.AccountUncheckedCreateWithoutDesktopSessionsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDesktopSessionsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutDesktopSessionsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutDesktopSessionsInput, Prisma.AccountUncheckedCreateWithoutDesktopSessionsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutDesktopSessionsInput
+  upsert?: Prisma.AccountUpsertWithoutDesktopSessionsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutDesktopSessionsInput, Prisma.AccountUpdateWithoutDesktopSessionsInput>, Prisma.AccountUncheckedUpdateWithoutDesktopSessionsInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -850,6 +892,8 @@ export type AccountCreateWithoutSessionsInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutSessionsInput = {
@@ -877,6 +921,8 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutSessionsInput = {
@@ -920,6 +966,8 @@ export type AccountUpdateWithoutSessionsInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutSessionsInput = {
@@ -947,6 +995,8 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutKnownBrowsersInput = {
@@ -974,6 +1024,8 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
@@ -1001,6 +1053,8 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutKnownBrowsersInput = {
@@ -1044,6 +1098,8 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
@@ -1071,6 +1127,8 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutApiTokensInput = {
@@ -1098,6 +1156,8 @@ export type AccountCreateWithoutApiTokensInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutApiTokensInput = {
@@ -1125,6 +1185,8 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutApiTokensInput = {
@@ -1168,6 +1230,8 @@ export type AccountUpdateWithoutApiTokensInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutApiTokensInput = {
@@ -1195,6 +1259,8 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutOauthCodesInput = {
@@ -1222,6 +1288,8 @@ export type AccountCreateWithoutOauthCodesInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutOauthCodesInput = {
@@ -1249,6 +1317,8 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutOauthCodesInput = {
@@ -1292,6 +1362,8 @@ export type AccountUpdateWithoutOauthCodesInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutOauthCodesInput = {
@@ -1319,6 +1391,8 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeviceKeysInput = {
@@ -1346,6 +1420,8 @@ export type AccountCreateWithoutDeviceKeysInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeviceKeysInput = {
@@ -1373,6 +1449,8 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeviceKeysInput = {
@@ -1416,6 +1494,8 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
@@ -1443,6 +1523,8 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutExportLinksInput = {
@@ -1470,6 +1552,8 @@ export type AccountCreateWithoutExportLinksInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutExportLinksInput = {
@@ -1497,6 +1581,8 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutExportLinksInput = {
@@ -1540,6 +1626,8 @@ export type AccountUpdateWithoutExportLinksInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutExportLinksInput = {
@@ -1567,6 +1655,8 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutEventsInput = {
@@ -1594,6 +1684,8 @@ export type AccountCreateWithoutEventsInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutEventsInput = {
@@ -1621,6 +1713,8 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutEventsInput = {
@@ -1664,6 +1758,8 @@ export type AccountUpdateWithoutEventsInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutEventsInput = {
@@ -1691,6 +1787,8 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutInstancesInput = {
@@ -1718,6 +1816,8 @@ export type AccountCreateWithoutInstancesInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutInstancesInput = {
@@ -1745,6 +1845,8 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutInstancesInput = {
@@ -1788,6 +1890,8 @@ export type AccountUpdateWithoutInstancesInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutInstancesInput = {
@@ -1815,6 +1919,8 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutCommandsInput = {
@@ -1842,6 +1948,8 @@ export type AccountCreateWithoutCommandsInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutCommandsInput = {
@@ -1869,6 +1977,8 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutCommandsInput = {
@@ -1912,6 +2022,8 @@ export type AccountUpdateWithoutCommandsInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutCommandsInput = {
@@ -1939,6 +2051,8 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutWebhooksInput = {
@@ -1966,6 +2080,8 @@ export type AccountCreateWithoutWebhooksInput = {
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutWebhooksInput = {
@@ -1993,6 +2109,8 @@ export type AccountUncheckedCreateWithoutWebhooksInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutWebhooksInput = {
@@ -2036,6 +2154,8 @@ export type AccountUpdateWithoutWebhooksInput = {
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutWebhooksInput = {
@@ -2063,6 +2183,8 @@ export type AccountUncheckedUpdateWithoutWebhooksInput = {
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeliveriesInput = {
@@ -2090,6 +2212,8 @@ export type AccountCreateWithoutDeliveriesInput = {
   webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeliveriesInput = {
@@ -2117,6 +2241,8 @@ export type AccountUncheckedCreateWithoutDeliveriesInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeliveriesInput = {
@@ -2160,6 +2286,8 @@ export type AccountUpdateWithoutDeliveriesInput = {
   webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeliveriesInput = {
@@ -2187,6 +2315,8 @@ export type AccountUncheckedUpdateWithoutDeliveriesInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutAlertsInput = {
@@ -2214,6 +2344,8 @@ export type AccountCreateWithoutAlertsInput = {
   webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutAlertsInput = {
@@ -2241,6 +2373,8 @@ export type AccountUncheckedCreateWithoutAlertsInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutAlertsInput = {
@@ -2284,6 +2418,8 @@ export type AccountUpdateWithoutAlertsInput = {
   webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutAlertsInput = {
@@ -2311,6 +2447,8 @@ export type AccountUncheckedUpdateWithoutAlertsInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutAlertPreferencesInput = {
@@ -2338,6 +2476,8 @@ export type AccountCreateWithoutAlertPreferencesInput = {
   webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
   deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
@@ -2365,6 +2505,8 @@ export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
   deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutAlertPreferencesInput = {
@@ -2408,6 +2550,8 @@ export type AccountUpdateWithoutAlertPreferencesInput = {
   webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
   deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
@@ -2435,6 +2579,272 @@ export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
   webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
   deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutDesktopLinksInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutDesktopLinksInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutDesktopLinksInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDesktopLinksInput, Prisma.AccountUncheckedCreateWithoutDesktopLinksInput>
+}
+
+export type AccountUpsertWithoutDesktopLinksInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutDesktopLinksInput, Prisma.AccountUncheckedUpdateWithoutDesktopLinksInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDesktopLinksInput, Prisma.AccountUncheckedCreateWithoutDesktopLinksInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutDesktopLinksInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutDesktopLinksInput, Prisma.AccountUncheckedUpdateWithoutDesktopLinksInput>
+}
+
+export type AccountUpdateWithoutDesktopLinksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutDesktopSessionsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutDesktopSessionsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDesktopSessionsInput, Prisma.AccountUncheckedCreateWithoutDesktopSessionsInput>
+}
+
+export type AccountUpsertWithoutDesktopSessionsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutDesktopSessionsInput, Prisma.AccountUncheckedUpdateWithoutDesktopSessionsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutDesktopSessionsInput, Prisma.AccountUncheckedCreateWithoutDesktopSessionsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutDesktopSessionsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutDesktopSessionsInput, Prisma.AccountUncheckedUpdateWithoutDesktopSessionsInput>
+}
+
+export type AccountUpdateWithoutDesktopSessionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 
@@ -2456,6 +2866,8 @@ export type AccountCountOutputType = {
   deliveries: number
   alerts: number
   alertPreferences: number
+  desktopLinks: number
+  desktopSessions: number
 }
 
 export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -2472,6 +2884,8 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   deliveries?: boolean | AccountCountOutputTypeCountDeliveriesArgs
   alerts?: boolean | AccountCountOutputTypeCountAlertsArgs
   alertPreferences?: boolean | AccountCountOutputTypeCountAlertPreferencesArgs
+  desktopLinks?: boolean | AccountCountOutputTypeCountDesktopLinksArgs
+  desktopSessions?: boolean | AccountCountOutputTypeCountDesktopSessionsArgs
 }
 
 /**
@@ -2575,6 +2989,20 @@ export type AccountCountOutputTypeCountAlertPreferencesArgs<ExtArgs extends runt
   where?: Prisma.AlertPreferenceWhereInput
 }
 
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountDesktopLinksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DesktopLinkWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountDesktopSessionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DesktopSessionWhereInput
+}
+
 
 export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -2602,6 +3030,8 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   deliveries?: boolean | Prisma.Account$deliveriesArgs<ExtArgs>
   alerts?: boolean | Prisma.Account$alertsArgs<ExtArgs>
   alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
+  desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
+  desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["account"]>
 
@@ -2665,6 +3095,8 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   deliveries?: boolean | Prisma.Account$deliveriesArgs<ExtArgs>
   alerts?: boolean | Prisma.Account$alertsArgs<ExtArgs>
   alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
+  desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
+  desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type AccountIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -2686,6 +3118,8 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     deliveries: Prisma.$WebhookDeliveryPayload<ExtArgs>[]
     alerts: Prisma.$AlertPayload<ExtArgs>[]
     alertPreferences: Prisma.$AlertPreferencePayload<ExtArgs>[]
+    desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
+    desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -3122,6 +3556,8 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   deliveries<T extends Prisma.Account$deliveriesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$deliveriesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$WebhookDeliveryPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   alerts<T extends Prisma.Account$alertsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$alertsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AlertPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   alertPreferences<T extends Prisma.Account$alertPreferencesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$alertPreferencesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AlertPreferencePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  desktopLinks<T extends Prisma.Account$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  desktopSessions<T extends Prisma.Account$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -3863,6 +4299,54 @@ export type Account$alertPreferencesArgs<ExtArgs extends runtime.Types.Extension
   take?: number
   skip?: number
   distinct?: Prisma.AlertPreferenceScalarFieldEnum | Prisma.AlertPreferenceScalarFieldEnum[]
+}
+
+/**
+ * Account.desktopLinks
+ */
+export type Account$desktopLinksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DesktopLink
+   */
+  select?: Prisma.DesktopLinkSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DesktopLink
+   */
+  omit?: Prisma.DesktopLinkOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DesktopLinkInclude<ExtArgs> | null
+  where?: Prisma.DesktopLinkWhereInput
+  orderBy?: Prisma.DesktopLinkOrderByWithRelationInput | Prisma.DesktopLinkOrderByWithRelationInput[]
+  cursor?: Prisma.DesktopLinkWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DesktopLinkScalarFieldEnum | Prisma.DesktopLinkScalarFieldEnum[]
+}
+
+/**
+ * Account.desktopSessions
+ */
+export type Account$desktopSessionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DesktopSession
+   */
+  select?: Prisma.DesktopSessionSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DesktopSession
+   */
+  omit?: Prisma.DesktopSessionOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DesktopSessionInclude<ExtArgs> | null
+  where?: Prisma.DesktopSessionWhereInput
+  orderBy?: Prisma.DesktopSessionOrderByWithRelationInput | Prisma.DesktopSessionOrderByWithRelationInput[]
+  cursor?: Prisma.DesktopSessionWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DesktopSessionScalarFieldEnum | Prisma.DesktopSessionScalarFieldEnum[]
 }
 
 /**

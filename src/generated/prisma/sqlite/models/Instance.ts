@@ -402,6 +402,8 @@ export type InstanceWhereInput = {
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   commands?: Prisma.CommandListRelationFilter
+  desktopLinks?: Prisma.DesktopLinkListRelationFilter
+  desktopSessions?: Prisma.DesktopSessionListRelationFilter
 }
 
 export type InstanceOrderByWithRelationInput = {
@@ -434,6 +436,8 @@ export type InstanceOrderByWithRelationInput = {
   updatedAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
   commands?: Prisma.CommandOrderByRelationAggregateInput
+  desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
+  desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
 }
 
 export type InstanceWhereUniqueInput = Prisma.AtLeast<{
@@ -470,6 +474,8 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   commands?: Prisma.CommandListRelationFilter
+  desktopLinks?: Prisma.DesktopLinkListRelationFilter
+  desktopSessions?: Prisma.DesktopSessionListRelationFilter
 }, "id" | "accountId_name">
 
 export type InstanceOrderByWithAggregationInput = {
@@ -569,6 +575,8 @@ export type InstanceCreateInput = {
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateInput = {
@@ -600,6 +608,8 @@ export type InstanceUncheckedCreateInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceUpdateInput = {
@@ -631,6 +641,8 @@ export type InstanceUpdateInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateInput = {
@@ -662,6 +674,8 @@ export type InstanceUncheckedUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceCreateManyInput = {
@@ -935,6 +949,34 @@ export type InstanceUpdateOneRequiredWithoutCommandsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutCommandsInput, Prisma.InstanceUpdateWithoutCommandsInput>, Prisma.InstanceUncheckedUpdateWithoutCommandsInput>
 }
 
+export type InstanceCreateNestedOneWithoutDesktopLinksInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopLinksInput, Prisma.InstanceUncheckedCreateWithoutDesktopLinksInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutDesktopLinksInput
+  connect?: Prisma.InstanceWhereUniqueInput
+}
+
+export type InstanceUpdateOneRequiredWithoutDesktopLinksNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopLinksInput, Prisma.InstanceUncheckedCreateWithoutDesktopLinksInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutDesktopLinksInput
+  upsert?: Prisma.InstanceUpsertWithoutDesktopLinksInput
+  connect?: Prisma.InstanceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutDesktopLinksInput, Prisma.InstanceUpdateWithoutDesktopLinksInput>, Prisma.InstanceUncheckedUpdateWithoutDesktopLinksInput>
+}
+
+export type InstanceCreateNestedOneWithoutDesktopSessionsInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedCreateWithoutDesktopSessionsInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutDesktopSessionsInput
+  connect?: Prisma.InstanceWhereUniqueInput
+}
+
+export type InstanceUpdateOneRequiredWithoutDesktopSessionsNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedCreateWithoutDesktopSessionsInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutDesktopSessionsInput
+  upsert?: Prisma.InstanceUpsertWithoutDesktopSessionsInput
+  connect?: Prisma.InstanceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutDesktopSessionsInput, Prisma.InstanceUpdateWithoutDesktopSessionsInput>, Prisma.InstanceUncheckedUpdateWithoutDesktopSessionsInput>
+}
+
 export type InstanceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -963,6 +1005,8 @@ export type InstanceCreateWithoutAccountInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutAccountInput = {
@@ -993,6 +1037,8 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutAccountInput = {
@@ -1081,6 +1127,8 @@ export type InstanceCreateWithoutCommandsInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutCommandsInput = {
@@ -1111,6 +1159,8 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutCommandsInput = {
@@ -1157,6 +1207,8 @@ export type InstanceUpdateWithoutCommandsInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutCommandsInput = {
@@ -1187,6 +1239,296 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceCreateWithoutDesktopLinksInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutDesktopLinksInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopLinksInput, Prisma.InstanceUncheckedCreateWithoutDesktopLinksInput>
+}
+
+export type InstanceUpsertWithoutDesktopLinksInput = {
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutDesktopLinksInput, Prisma.InstanceUncheckedUpdateWithoutDesktopLinksInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopLinksInput, Prisma.InstanceUncheckedCreateWithoutDesktopLinksInput>
+  where?: Prisma.InstanceWhereInput
+}
+
+export type InstanceUpdateToOneWithWhereWithoutDesktopLinksInput = {
+  where?: Prisma.InstanceWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutDesktopLinksInput, Prisma.InstanceUncheckedUpdateWithoutDesktopLinksInput>
+}
+
+export type InstanceUpdateWithoutDesktopLinksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceCreateWithoutDesktopSessionsInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutDesktopSessionsInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedCreateWithoutDesktopSessionsInput>
+}
+
+export type InstanceUpsertWithoutDesktopSessionsInput = {
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedUpdateWithoutDesktopSessionsInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedCreateWithoutDesktopSessionsInput>
+  where?: Prisma.InstanceWhereInput
+}
+
+export type InstanceUpdateToOneWithWhereWithoutDesktopSessionsInput = {
+  where?: Prisma.InstanceWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutDesktopSessionsInput, Prisma.InstanceUncheckedUpdateWithoutDesktopSessionsInput>
+}
+
+export type InstanceUpdateWithoutDesktopSessionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceCreateManyAccountInput = {
@@ -1246,6 +1588,8 @@ export type InstanceUpdateWithoutAccountInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutAccountInput = {
@@ -1276,6 +1620,8 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateManyWithoutAccountInput = {
@@ -1314,10 +1660,14 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
 
 export type InstanceCountOutputType = {
   commands: number
+  desktopLinks: number
+  desktopSessions: number
 }
 
 export type InstanceCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   commands?: boolean | InstanceCountOutputTypeCountCommandsArgs
+  desktopLinks?: boolean | InstanceCountOutputTypeCountDesktopLinksArgs
+  desktopSessions?: boolean | InstanceCountOutputTypeCountDesktopSessionsArgs
 }
 
 /**
@@ -1335,6 +1685,20 @@ export type InstanceCountOutputTypeDefaultArgs<ExtArgs extends runtime.Types.Ext
  */
 export type InstanceCountOutputTypeCountCommandsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   where?: Prisma.CommandWhereInput
+}
+
+/**
+ * InstanceCountOutputType without action
+ */
+export type InstanceCountOutputTypeCountDesktopLinksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DesktopLinkWhereInput
+}
+
+/**
+ * InstanceCountOutputType without action
+ */
+export type InstanceCountOutputTypeCountDesktopSessionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.DesktopSessionWhereInput
 }
 
 
@@ -1368,6 +1732,8 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
+  desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
+  desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["instance"]>
 
@@ -1467,6 +1833,8 @@ export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs =
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
+  desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
+  desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type InstanceIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1481,6 +1849,8 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
   objects: {
     account: Prisma.$AccountPayload<ExtArgs>
     commands: Prisma.$CommandPayload<ExtArgs>[]
+    desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
+    desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1933,6 +2303,8 @@ export interface Prisma__InstanceClient<T, Null = never, ExtArgs extends runtime
   readonly [Symbol.toStringTag]: "PrismaPromise"
   account<T extends Prisma.AccountDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.AccountDefaultArgs<ExtArgs>>): Prisma.Prisma__AccountClient<runtime.Types.Result.GetResult<Prisma.$AccountPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
   commands<T extends Prisma.Instance$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  desktopLinks<T extends Prisma.Instance$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  desktopSessions<T extends Prisma.Instance$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -2409,6 +2781,54 @@ export type Instance$commandsArgs<ExtArgs extends runtime.Types.Extensions.Inter
   take?: number
   skip?: number
   distinct?: Prisma.CommandScalarFieldEnum | Prisma.CommandScalarFieldEnum[]
+}
+
+/**
+ * Instance.desktopLinks
+ */
+export type Instance$desktopLinksArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DesktopLink
+   */
+  select?: Prisma.DesktopLinkSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DesktopLink
+   */
+  omit?: Prisma.DesktopLinkOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DesktopLinkInclude<ExtArgs> | null
+  where?: Prisma.DesktopLinkWhereInput
+  orderBy?: Prisma.DesktopLinkOrderByWithRelationInput | Prisma.DesktopLinkOrderByWithRelationInput[]
+  cursor?: Prisma.DesktopLinkWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DesktopLinkScalarFieldEnum | Prisma.DesktopLinkScalarFieldEnum[]
+}
+
+/**
+ * Instance.desktopSessions
+ */
+export type Instance$desktopSessionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the DesktopSession
+   */
+  select?: Prisma.DesktopSessionSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the DesktopSession
+   */
+  omit?: Prisma.DesktopSessionOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.DesktopSessionInclude<ExtArgs> | null
+  where?: Prisma.DesktopSessionWhereInput
+  orderBy?: Prisma.DesktopSessionOrderByWithRelationInput | Prisma.DesktopSessionOrderByWithRelationInput[]
+  cursor?: Prisma.DesktopSessionWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.DesktopSessionScalarFieldEnum | Prisma.DesktopSessionScalarFieldEnum[]
 }
 
 /**

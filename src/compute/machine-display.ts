@@ -1,0 +1,32 @@
+// The screen of a machine, as the desktop features see it: whether its desktop can be shown, a
+// remote-framebuffer (RFB) stream of it, and its size. The implementation sits on QEMU's own VNC
+// server (pixels and input never pass through guest code on the way out) and the guest agent.
+import type { Duplex } from 'node:stream';
+
+/**
+ * - `none`: the machine's image has no display (e.g. the minimal profile);
+ * - `stopped`: the machine is not running;
+ * - `starting`: it runs, but the desktop session does not draw on the display yet;
+ * - `ready`: the desktop is up.
+ */
+export type DisplayState = 'none' | 'stopped' | 'starting' | 'ready';
+
+export interface DisplaySize {
+  width: number;
+  height: number;
+}
+
+/** Bounds a resize is clamped to (the display device's memory holds 4 bytes per pixel). */
+export const DISPLAY_MIN: DisplaySize = { width: 640, height: 480 };
+export const DISPLAY_MAX: DisplaySize = { width: 2560, height: 1600 };
+
+export interface MachineDisplay {
+  state(id: string): Promise<DisplayState>;
+  /**
+   * A fresh RFB 3.8 connection to the machine's screen (security type None; one per viewer).
+   * Rejects when the machine is not running or has no display.
+   */
+  connect(id: string): Promise<Duplex>;
+  /** Sets the size of the guest's screen, clamped to DISPLAY_MIN..DISPLAY_MAX; resolves with the size set. */
+  resize(id: string, size: DisplaySize): Promise<DisplaySize>;
+}
