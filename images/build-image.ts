@@ -108,6 +108,11 @@ export interface ImageManifest {
   agent: { guest_path: string; port: string; sha256: string };
   disk: { format: 'qcow2'; filesystem: 'ext4'; device: '/dev/vda'; grows_on_boot: true };
   suite: string;
+  /**
+   * The image's screen: machines get a display device of this initial size. null (or absent, in
+   * images built before the field existed): no display device.
+   */
+  display?: { width: number; height: number } | null;
 }
 
 export interface BuiltImage {
@@ -683,6 +688,7 @@ export async function buildImage(options: BuildImageOptions): Promise<BuiltImage
         agent: { guest_path: AGENT_GUEST_PATH, port: AGENT_PORT_NAME, sha256: sha256(agent) },
         disk: { format: 'qcow2', filesystem: 'ext4', device: '/dev/vda', grows_on_boot: true },
         suite: profile.suite,
+        display: profile.display ?? null,
       };
       await fs.writeFile(join(imageDir, IMAGE_FILES.manifest), `${JSON.stringify(manifest, null, 2)}\n`);
       await fs.chmod(imageDir, 0o755);

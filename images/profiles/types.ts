@@ -41,4 +41,16 @@ export interface Profile {
   customize: string[];
   /** kernel command line the host should boot this image with */
   kernelCmdline: string;
+  /**
+   * The image has a screen (images/profiles/display.ts): the host gives its machines a display
+   * device of this initial size. Absent: no display device (the builder writes `display: null`
+   * into manifest.json, and so does an image built before this field existed: none).
+   */
+  display?: DisplaySpec;
+}
+
+/** The screen of an image: its size when a machine starts (the display device's preferred mode). */
+export interface DisplaySpec {
+  width: number;
+  height: number;
 }

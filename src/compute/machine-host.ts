@@ -3,7 +3,7 @@
 import type { AgentClient } from './agent-client';
 
 export type Accelerator = 'kvm' | 'tcg';
-export type ImageProfile = 'minimal' | 'desktop';
+export type ImageProfile = 'minimal' | 'desktop' | 'desktop-lite';
 
 export interface HostImage {
   profile: ImageProfile;

@@ -4,12 +4,14 @@
 import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { connect } from 'node:net';
-import { basename, isAbsolute, join, relative, sep } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative, sep } from 'node:path';
 import { pruneImageVersions, readLatestImage } from '../../images';
 import { AgentClient } from './agent-client';
 import { nextMerge } from './checkpoint-policy';
 import { DiskState, LayerStore } from './layers';
 import { generateHostKeys } from './ssh-host-keys';
+import type { DisplayHost } from './guest-display';
+import type { DisplaySize } from './machine-display';
 import type { MachineJail } from './jail';
 import type { Accelerator, GuestIdentity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine } from './machine-host';
 import {
@@ -60,9 +62,11 @@ interface ImageEntry {
   image: HostImage;
   dir: string;
   cmdline: string;
+  /** The image's screen (manifest `display`); null: its machines have no display device. */
+  display: DisplaySize | null;
 }
 
-export class QemuMachineHost implements MachineHost {
+export class QemuMachineHost implements MachineHost, DisplayHost {
   readonly accelerator: Accelerator;
   private readonly machinesDir: string;
   private readonly layers: LayerStore;
@@ -72,6 +76,8 @@ export class QemuMachineHost implements MachineHost {
   private readonly builds = new Map<ImageProfile, ImageBuildState>();
   /** Per machine: the tail of its queue of chain-changing work (checkpoints, forks, stops…). */
   private readonly queues = new Map<string, Promise<unknown>>();
+  /** Per machine: the screen of the image its disk ends on (found once from the disk's chain). */
+  private readonly displays = new Map<string, DisplaySize | null>();
 
   private readonly jail: MachineJail;
 
@@ -90,7 +96,7 @@ export class QemuMachineHost implements MachineHost {
     const latest = await readLatestImage(this.options.imagesDir, profile);
     if (!latest) return null;
     const image = { profile, version: latest.manifest.version, artifactKey: latest.manifest.sha256['disk.qcow2'] ?? latest.manifest.version };
-    this.images.set(profile, { image, dir: latest.dir, cmdline: latest.manifest.kernel_cmdline });
+    this.images.set(profile, { image, dir: latest.dir, cmdline: latest.manifest.kernel_cmdline, display: latest.manifest.display ?? null });
     this.builds.set(profile, { state: 'ready', step: null, error: null });
     return image;
   }
@@ -331,6 +337,7 @@ export class QemuMachineHost implements MachineHost {
       await this.jail.releaseLayers(id, chain);
     }
     rmSync(this.machineDir(id), { recursive: true, force: true });
+    this.displays.delete(id);
   }
 
   agent(id: string): AgentClient {
@@ -363,6 +370,21 @@ export class QemuMachineHost implements MachineHost {
       closeSync(fd);
     }
     return buffer.toString('utf8').split(/\r?\n/).slice(-lines - 1).join('\n').replace(/^\n/, '');
+  }
+
+  /** The screen of the image the machine's disk was made from (its chain ends on that image's disk). */
+  async imageDisplay(id: string): Promise<DisplaySize | null> {
+    if (this.displays.has(id)) return this.displays.get(id)!;
+    const state = this.layers.readState(this.machineDir(id));
+    if (!state) return null;
+    const imageDisk = (await this.layers.filesOf(state.active)).at(-1)!;
+    const display = dirname(imageDisk) === this.layers.dir ? null : readImageManifest(dirname(imageDisk))?.display ?? null;
+    this.displays.set(id, display);
+    return display;
+  }
+
+  displaySocket(id: string): string {
+    return machineFiles(this.machineDir(id)).displaySocket;
   }
 
   async knownMachineIds(): Promise<string[]> {
@@ -552,6 +574,8 @@ export class QemuMachineHost implements MachineHost {
       serialLog: files.serialLog,
       pidFile: files.pidFile,
       memoryFile: this.options.fileBackedMemory === false ? undefined : files.memoryFile,
+      // the image's screen; a restore gets the same devices as the boot it continues (same image)
+      display: entry.display ? { socket: files.displaySocket, ...entry.display } : undefined,
     };
   }
 
@@ -559,8 +583,9 @@ export class QemuMachineHost implements MachineHost {
     const entry = this.images.get(image.profile);
     if (entry && entry.image.version === image.version) return entry;
     const dir = join(this.options.imagesDir, image.version);
-    const manifest = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { kernel_cmdline: string };
-    return { image, dir, cmdline: manifest.kernel_cmdline };
+    const manifest = readImageManifest(dir);
+    if (!manifest) throw new Error(`image ${image.version} has no readable manifest.json`);
+    return { image, dir, cmdline: manifest.kernel_cmdline, display: manifest.display ?? null };
   }
 
   private diskState(id: string) {
@@ -571,6 +596,15 @@ export class QemuMachineHost implements MachineHost {
 
   private machineDir(id: string): string {
     return join(this.machinesDir, id);
+  }
+}
+
+/** What the host reads of an image version's manifest.json (display: absent in images made before screens). */
+function readImageManifest(dir: string): { kernel_cmdline: string; display?: DisplaySize | null } | null {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { kernel_cmdline: string; display?: DisplaySize | null };
+  } catch {
+    return null;
   }
 }
 

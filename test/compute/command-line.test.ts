@@ -1,5 +1,6 @@
 // The QEMU argv of a machine: the devices and options the rest of the driver relies on.
-import { AGENT_PORT_NAME, buildQemuArgs, DISK_DEVICE, DISK_NODE, MachineSpec, optionValue } from '../../src/compute/qemu/command-line';
+import { AGENT_PORT_NAME, buildQemuArgs, DISK_DEVICE, DISK_NODE, DISPLAY_VGAMEM_MIB, MachineSpec, optionValue, VDAGENT_PORT_NAME } from '../../src/compute/qemu/command-line';
+import { DISPLAY_MAX } from '../../src/compute/machine-display';
 
 const spec: MachineSpec = {
   id: 'abc-123',
@@ -86,5 +87,43 @@ describe('buildQemuArgs', () => {
     expect(() => buildQemuArgs({ ...spec, memoryMib: 1.5 })).toThrow(/memoryMib/);
     expect(() => buildQemuArgs({ ...spec, disk: 'relative.qcow2' })).toThrow(/absolute/);
     expect(() => buildQemuArgs({ ...spec, qmpSocket: `/${'x'.repeat(120)}/qmp.sock` })).toThrow(/unix socket limit/);
+  });
+
+  test('no display: no display device, no input devices, no VNC server', () => {
+    const args = buildQemuArgs(spec);
+    expect(values(args, '-device').filter((d) => /display|vga|tablet|keyboard|virtio-gpu/.test(d))).toEqual([]);
+    expect(args).not.toContain('-vnc');
+    expect(values(args, '-chardev').filter((c) => c.startsWith('qemu-vdagent'))).toEqual([]);
+  });
+
+  test('a screen: bochs-display of the initial size, virtio tablet and keyboard, VNC on a unix socket', () => {
+    const socket = '/data/machines/abc-123/run/display.sock';
+    const args = buildQemuArgs({ ...spec, display: { socket, width: 1280, height: 720 } });
+    expect(values(args, '-display')).toEqual(['none']); // no window: the VNC server is the only way in
+    const devices = values(args, '-device');
+    expect(devices).toContain(`bochs-display,id=display0,vgamem=${DISPLAY_VGAMEM_MIB}M,xres=1280,yres=720,xmax=2560,ymax=1600`);
+    expect(devices).toContain('virtio-tablet-pci,id=tablet0');
+    expect(devices).toContain('virtio-keyboard-pci,id=keyboard0');
+    expect(values(args, '-vnc')).toEqual([`unix:${socket},share=force-shared,lossy=off`]);
+    // the device's memory holds two frames of the largest screen (bochs-drm double-buffers)
+    expect(DISPLAY_VGAMEM_MIB * 1024 * 1024).toBeGreaterThanOrEqual(2 * DISPLAY_MAX.width * DISPLAY_MAX.height * 4);
+    expect(devices.filter((d) => d.includes(VDAGENT_PORT_NAME))).toEqual([]); // no clipboard unless asked
+    expect(values(args, '-vnc')).toEqual(values(buildQemuArgs({ ...spec, display: { socket, width: 1280, height: 720 }, incoming: true }), '-vnc'));
+  });
+
+  test('the clipboard: QEMU\'s vdagent on the virtio-serial bus', () => {
+    const args = buildQemuArgs({ ...spec, display: { socket: '/run/d.sock', width: 1024, height: 768, clipboard: true } });
+    expect(values(args, '-chardev')).toContain('qemu-vdagent,id=vdagent,clipboard=on');
+    expect(values(args, '-device')).toContain(`virtserialport,bus=vser0.0,chardev=vdagent,name=${VDAGENT_PORT_NAME}`);
+  });
+
+  test('display: sizes are bounded integers, the socket path absolute, short and escaped', () => {
+    const display = { socket: '/run/d.sock', width: 1280, height: 720 };
+    expect(() => buildQemuArgs({ ...spec, display: { ...display, width: 1280.5 } })).toThrow(/display width/);
+    expect(() => buildQemuArgs({ ...spec, display: { ...display, height: 0 } })).toThrow(/display height/);
+    expect(() => buildQemuArgs({ ...spec, display: { ...display, width: 4096 } })).toThrow(/display width/);
+    expect(() => buildQemuArgs({ ...spec, display: { ...display, socket: 'd.sock' } })).toThrow(/absolute/);
+    expect(() => buildQemuArgs({ ...spec, display: { ...display, socket: `/${'x'.repeat(120)}/d.sock` } })).toThrow(/unix socket limit/);
+    expect(values(buildQemuArgs({ ...spec, display: { ...display, socket: '/a,b/d.sock' } }), '-vnc')).toEqual(['unix:/a,,b/d.sock,share=force-shared,lossy=off']);
   });
 });

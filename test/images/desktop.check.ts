@@ -1,6 +1,6 @@
 // The desktop image (the universal image) for real: build it, boot it through the service's machine
 // host and the HTTP API, and check what the issue promises: create answers once SSH listens and the
-// agent takes commands, then the Xfce session runs on the virtual display (Xvfb), Node and the common
+// agent takes commands, then the Xfce session runs on the machine's screen (Xorg on the display device), Node and the common
 // tools are there, and a stop with session + resume keeps the desktop running.
 //
 // OPT-IN, not part of the default run: the first desktop build downloads and installs ~1,000
@@ -54,11 +54,11 @@ describe('desktop image', () => {
     for (;;) {
       const r = await guestRun(
         instanceId,
-        `systemctl is-active ${DESKTOP_UNIT}; for p in Xvfb xfce4-session xfwm4 xfce4-panel xfdesktop; do pgrep -u ${DESKTOP_USER} -x "$p" >/dev/null && echo "$p"; done; ` +
+        `systemctl is-active ${DESKTOP_UNIT}; pgrep -u root -x Xorg >/dev/null && echo Xorg; for p in xfce4-session xfwm4 xfce4-panel xfdesktop; do pgrep -u ${DESKTOP_USER} -x "$p" >/dev/null && echo "$p"; done; ` +
           `${X_ENV} xwininfo -root -tree 2>/dev/null | grep -q '"Desktop": ("xfdesktop"' && echo desktop-window`,
       );
       const lines = r.stdout.split('\n');
-      if (['active', 'Xvfb', 'xfce4-session', 'xfwm4', 'xfce4-panel', 'xfdesktop', 'desktop-window'].every((line) => lines.includes(line))) return r.stdout;
+      if (['active', 'Xorg', 'xfce4-session', 'xfwm4', 'xfce4-panel', 'xfdesktop', 'desktop-window'].every((line) => lines.includes(line))) return r.stdout;
       if (Date.now() > deadline) {
         const journal = await guestRun(instanceId, `journalctl -b -u ${DESKTOP_UNIT} _UID=${DESKTOP_UID} --no-pager | tail -n 40`);
         throw new Error(`desktop not up after ${limitMs} ms:\n${r.stdout}\n${journal.stdout}`);
@@ -124,7 +124,7 @@ describe('desktop image', () => {
     const desktop = await waitDesktop(id);
     const desktopMs = Date.now() - createdAt;
     const display = await guestRun(id, `${X_ENV} xdpyinfo | grep -E "dimensions|depth of root"`);
-    expect(display.stdout).toMatch(/dimensions:\s+1920x1080 pixels/);
+    expect(display.stdout).toMatch(/dimensions:\s+1280x720 pixels/);
     // the user's runtime directory (a lingering user: logind keeps it)
     const session = await guestRun(id, `loginctl show-user ${DESKTOP_USER} -p Linger -p RuntimePath; stat -c %U /run/user/${DESKTOP_UID}`);
     expect(session.stdout).toContain(`RuntimePath=/run/user/${DESKTOP_UID}`);
@@ -162,7 +162,7 @@ describe('desktop image', () => {
     expect((await guestRun(id, `hostname other && sudo -u ${DESKTOP_USER} env DISPLAY=:0 xdpyinfo >/dev/null && echo ok; hostname desk`)).stdout.trim()).toBe('ok');
     await guestRun(id, `systemctl restart ${DESKTOP_UNIT}`);
     await waitDesktop(id);
-    expect((await guestRun(id, `pgrep -c -u ${DESKTOP_USER} -x Xvfb; pgrep -c -u ${DESKTOP_USER} -x xfce4-session`)).stdout.trim()).toBe('1\n1');
+    expect((await guestRun(id, `pgrep -c -x Xorg; pgrep -c -u ${DESKTOP_USER} -x xfce4-session`)).stdout.trim()).toBe('1\n1');
 
     const usage = await guestRun(id, 'df -h --output=size,used / | tail -n 1; free -m | sed -n 2p; cat /proc/loadavg');
     const boot = await guestRun(id, 'systemd-analyze time | head -n 1; systemd-analyze critical-chain multi-user.target --no-pager | tail -n +3 | head -n 12; systemd-analyze blame --no-pager | head -n 15');

@@ -2,7 +2,7 @@
 import { canonicalJson, contentHash, imageVersion, recipeHash } from '../../images/build-image';
 import { AGENT_GUEST_PATH, AGENT_PORT_NAME } from '../../images/profiles/base';
 import { getProfile, PROFILES } from '../../images/profiles';
-import { DESKTOP_UNIT, DESKTOP_USER } from '../../images/profiles/desktop';
+import { DESKTOP_UNIT, DESKTOP_USER, DISPLAY_SERVER_UNIT } from '../../images/profiles/desktop';
 
 describe('image versions', () => {
   test('vYYYY.MM.DD-hash8 with the UTC build date', () => {
@@ -53,27 +53,54 @@ describe('profiles', () => {
     expect(p.maskUnits).toEqual(expect.arrayContaining(['apt-daily.timer', 'apt-daily-upgrade.timer', 'e2scrub_all.timer', 'fstrim.timer']));
   });
 
-  test('minimal has no desktop; desktop runs Xfce on a virtual display (no graphics device needed)', () => {
+  test('minimal has no desktop and no screen; desktop runs Xfce on the screen the host gives it', () => {
     const minimal = getProfile('minimal');
     const desktop = getProfile('desktop');
     expect(minimal.packages.filter((p) => /xfce|xserver|xvfb|lightdm|x11/.test(p))).toEqual([]);
     expect(minimal.kernelPackage).toBe('linux-image-cloud-amd64');
-    expect(desktop.packages).toEqual(expect.arrayContaining(['xfce4', 'xvfb', 'xauth', 'dbus-x11', 'sudo', 'git', 'build-essential', 'python3']));
-    // kiste's QEMU command line has no display device: an X server for real hardware has nothing to drive
-    expect(desktop.packages.filter((p) => /^xserver-xorg|^lightdm|^gdm|^sddm/.test(p))).toEqual([]);
-    expect(desktop.kernelCmdline).not.toMatch(/console=tty0/);
+    // no display field at all: the minimal recipe (and with it its cached root filesystem) is as before
+    expect('display' in minimal).toBe(false);
+    expect(desktop.display).toEqual({ width: 1280, height: 720 });
+    expect(desktop.packages).toEqual(expect.arrayContaining(['xfce4', 'xserver-xorg-core', 'xserver-xorg-input-libinput', 'xauth', 'xdotool', 'xclip', 'dbus-x11', 'sudo', 'git', 'build-essential', 'python3']));
+    expect(desktop.packages).not.toContain('xvfb');
+    expect(desktop.packages.filter((p) => /^lightdm|^gdm|^sddm/.test(p))).toEqual([]);
+    expect(desktop.kernelCmdline).toMatch(/console=ttyS0/);
     const unit = desktop.files.find((f) => f.path === `/etc/systemd/system/${DESKTOP_UNIT}`)?.content ?? '';
     expect(unit).toMatch(new RegExp(`^User=${DESKTOP_USER}$`, 'm'));
-    expect(unit).toMatch(/^After=multi-user\.target/m); // never delays SSH and the agent
+    expect(unit).toMatch(new RegExp(`^BindsTo=${DISPLAY_SERVER_UNIT}$`, 'm'));
     expect(unit).toMatch(/^WantedBy=graphical\.target$/m);
-    // the whole session stays in the unit's cgroup (a restart stops the old X server and clients)
+    // the whole session stays in the unit's cgroup (a restart stops the old clients)
     expect(unit).not.toMatch(/^PAMName=/m);
-    expect(desktop.enableUnits).toContain(DESKTOP_UNIT);
+    expect(desktop.enableUnits).toEqual(expect.arrayContaining([DESKTOP_UNIT, DISPLAY_SERVER_UNIT, 'getty@tty1.service']));
     expect(desktop.customize).toContain('chroot "$ROOT" systemctl set-default graphical.target');
     const session = desktop.files.find((f) => unit.includes(`ExecStart=${f.path}`))?.content ?? '';
-    expect(session).toMatch(/^Xvfb "\$DISPLAY" .*-auth "\$XAUTHORITY"/m);
     expect(session).toMatch(/^exec startxfce4$/m);
-    // the X cookie holds for any host name: the agent renames the machine while the desktop starts
-    expect(session).toContain('sed -e "s/^..../ffff/"');
+  });
+
+  test.each(['desktop', 'desktop-lite'])('%s: Xorg on the display device, with the DRM driver the cloud kernel lacks', (name) => {
+    const p = getProfile(name);
+    expect(p.kernelPackage).toBe('linux-image-amd64');
+    expect(p.maskUnits).not.toContain('modprobe@drm.service'); // udev loads bochs
+    expect(p.dpkgOptions).toEqual(expect.arrayContaining(['path-exclude=/lib/modules/*/kernel/sound/*', 'path-exclude=/lib/modules/*/kernel/drivers/gpu/drm/amd/*']));
+    expect(p.dpkgOptions.filter((o) => /drm\/tiny|drivers\/(virtio|input|hid)|\/drm\/\*/.test(o))).toEqual([]);
+    const server = p.files.find((f) => f.path === `/etc/systemd/system/${DISPLAY_SERVER_UNIT}`)?.content ?? '';
+    expect(server).toMatch(/^After=multi-user\.target/m); // never delays SSH and the agent
+    expect(server).toMatch(/^ExecStartPost=/m); // active once X accepts connections
+    const script = p.files.find((f) => server.includes(`ExecStart=${f.path}`))?.content ?? '';
+    expect(script).toMatch(/^exec Xorg :0 vt7 -auth \S+ -nolisten tcp -s 0 -dpms /m);
+    // the X cookie holds for any host name: the agent renames the machine while the display starts
+    expect(script).toContain('sed -e "s/^..../ffff/"');
+    expect(script).toContain(`runuser -u ${DESKTOP_USER} --`); // the user's copy is written as the user
+    expect(p.files.find((f) => f.path === '/etc/X11/xorg.conf.d/10-kiste.conf')?.content).toMatch(/Driver "modesetting"/);
+  });
+
+  test('desktop-lite: the slim minimal set, an xterm for a session, no desktop environment', () => {
+    const lite = getProfile('desktop-lite');
+    expect(lite.display).toEqual({ width: 1280, height: 720 });
+    expect(lite.packages).toContain('xterm');
+    expect(lite.packages.filter((p) => /xfce|gnome|kde|lxde|xvfb/.test(p))).toEqual([]);
+    expect(lite.dpkgOptions).toEqual(expect.arrayContaining(getProfile('minimal').dpkgOptions));
+    const session = lite.files.find((f) => f.path === '/usr/lib/kiste/desktop-session')?.content ?? '';
+    expect(session).toMatch(/^xterm /m);
   });
 });

@@ -10,3 +10,8 @@ export const TEST_IMAGE_DIR = process.env.KISTE_IMAGE_DIR ?? join(tmpdir(), 'kis
 export async function ensureTestImage(): Promise<void> {
   await buildImage({ profile: 'minimal', outDir: TEST_IMAGE_DIR, agentBundle: buildAgentBundle() });
 }
+
+/** The desktop-lite image (a screen with an xterm on it) with the current agent. */
+export async function ensureDesktopTestImage(): Promise<void> {
+  await buildImage({ profile: 'desktop-lite', outDir: TEST_IMAGE_DIR, agentBundle: buildAgentBundle() });
+}

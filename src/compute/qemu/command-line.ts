@@ -9,7 +9,8 @@
 //   virtio-serial with one port named AGENT_PORT_NAME whose host side is a unix socket (server);
 //   user-mode networking (no host forwards) on virtio-net; serial console appended to a file;
 //   QMP on a unix socket; a pid file; optionally guest RAM in a shared file (fast memory sessions);
-//   QEMU's seccomp sandbox (SANDBOX).
+//   QEMU's seccomp sandbox (SANDBOX); for an image with a screen, a display device with a virtio
+//   tablet and keyboard, served by QEMU's VNC server on a unix socket.
 /** How guest code runs: hardware virtualisation, or QEMU's binary translator. */
 export type Accelerator = 'kvm' | 'tcg';
 
@@ -38,6 +39,31 @@ export const TCG_CODE_CACHE_MIB = 256;
 /** sun_path of a unix socket holds 108 bytes including the terminating NUL. */
 export const MAX_SOCKET_PATH = 107;
 
+/**
+ * Video memory of the display device. bochs-drm accepts a mode only when two frames of it fit
+ * (double buffering, 4 bytes per pixel): 2 × 2560 × 1600 × 4 bytes = 31.25 MiB for DISPLAY_MAX.
+ */
+export const DISPLAY_VGAMEM_MIB = 32;
+/** The largest screen the display device's EDID offers (DISPLAY_MAX in ../machine-display.ts). */
+export const DISPLAY_EDID_MAX = { width: 2560, height: 1600 };
+/** The virtio-serial port name of QEMU's vdagent (clipboard); the guest's spice-vdagentd opens it. */
+export const VDAGENT_PORT_NAME = 'com.redhat.spice.0';
+
+/** A screen: display device, tablet and keyboard, and QEMU's VNC server on a unix socket. */
+export interface DisplayDeviceSpec {
+  /** QEMU's VNC server listens here (RFB 3.8, no authentication: only the service reaches the folder). */
+  socket: string;
+  /** Initial size (the EDID's preferred mode). */
+  width: number;
+  height: number;
+  /**
+   * QEMU's vdagent on a virtio-serial port: with spice-vdagent in the guest, the guest's clipboard is
+   * the VNC clients' (QEMU's extended clipboard). QEMU 7.2 refuses to migrate a machine with it ("The
+   * vdagent chardev doesn't yet support migration"), so memory sessions fail: the host does not use it.
+   */
+  clipboard?: boolean;
+}
+
 export interface MachineSpec {
   /** Machine id: letters, digits, '-' and '_' (it is put into QEMU option strings). */
   id: string;
@@ -60,6 +86,8 @@ export interface MachineSpec {
   incoming?: boolean;
   /** Start with the vCPUs stopped (`-S`); QMP `cont` runs the guest. */
   paused?: boolean;
+  /** A screen (images with a display); absent: no display device at all. */
+  display?: DisplayDeviceSpec;
 }
 
 const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -82,6 +110,7 @@ export function validateSpec(spec: MachineSpec): void {
     ['pidFile', spec.pidFile],
     ...(spec.initrd ? [['initrd', spec.initrd]] : []),
     ...(spec.memoryFile ? [['memoryFile', spec.memoryFile]] : []),
+    ...(spec.display ? [['display.socket', spec.display.socket]] : []),
   ] as const) {
     // Absolute paths: QEMU resolves relative ones against its own cwd, and exec: migration runs a
     // shell; a path must mean the same thing to every process that sees it.
@@ -91,8 +120,15 @@ export function validateSpec(spec: MachineSpec): void {
   for (const [name, path] of [
     ['qmpSocket', spec.qmpSocket],
     ['agentSocket', spec.agentSocket],
+    ...(spec.display ? [['display.socket', spec.display.socket]] : []),
   ] as const) {
     if (Buffer.byteLength(path) > MAX_SOCKET_PATH) throw new Error(`${name} is longer than ${MAX_SOCKET_PATH} bytes (unix socket limit): ${path}`);
+  }
+  if (spec.display) {
+    const { width, height } = spec.display;
+    for (const [name, value, max] of [['width', width, DISPLAY_EDID_MAX.width], ['height', height, DISPLAY_EDID_MAX.height]] as const) {
+      if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`display ${name} must be an integer in 1..${max}, got ${value}`);
+    }
   }
 }
 
@@ -162,6 +198,26 @@ export function buildQemuArgs(spec: MachineSpec): string[] {
   args.push('-chardev', `socket,id=qmp,path=${v(spec.qmpSocket)},server=on,wait=off`);
   args.push('-mon', 'chardev=qmp,mode=control');
   args.push('-pidfile', spec.pidFile);
+
+  if (spec.display) {
+    const d = spec.display;
+    // The screen: bochs-display is a plain linear framebuffer (no VGA legacy), with an EDID whose
+    // preferred mode is the initial size; the guest's bochs DRM driver and Xorg's modesetting driver
+    // run it. Absolute pointer and keyboard on virtio (no USB controller needed).
+    args.push('-device', `bochs-display,id=display0,vgamem=${DISPLAY_VGAMEM_MIB}M,xres=${d.width},yres=${d.height},xmax=${DISPLAY_EDID_MAX.width},ymax=${DISPLAY_EDID_MAX.height}`);
+    args.push('-device', 'virtio-tablet-pci,id=tablet0');
+    args.push('-device', 'virtio-keyboard-pci,id=keyboard0');
+    // QEMU's VNC server on a unix socket in the run folder (only the service can reach it; no
+    // password). share=force-shared: a viewer asking for exclusive access does not throw the others
+    // out. lossy=off: pixels leave exact (the service re-encodes them anyway).
+    args.push('-vnc', `unix:${v(d.socket)},share=force-shared,lossy=off`);
+    if (d.clipboard) {
+      // QEMU's own vdagent: with spice-vdagent in the guest, the guest clipboard and the VNC
+      // clients' cut text are one (ServerCutText / ClientCutText).
+      args.push('-chardev', 'qemu-vdagent,id=vdagent,clipboard=on');
+      args.push('-device', `virtserialport,bus=vser0.0,chardev=vdagent,name=${VDAGENT_PORT_NAME}`);
+    }
+  }
 
   // Restore: bring up the devices, then wait for `migrate-incoming` over QMP (so we can set
   // migration capabilities first, which `-incoming URI` would not allow).

@@ -12,6 +12,8 @@ export interface MachineFiles {
   runDir: string;
   qmpSocket: string;
   agentSocket: string;
+  /** QEMU's VNC server of the machine's screen (machines whose image has a display). */
+  displaySocket: string;
   /** Guest serial console (ttyS0), appended across boots and restores. */
   serialLog: string;
   pidFile: string;
@@ -25,7 +27,7 @@ export interface MachineFiles {
 
 /** What QEMU may make in `run/`, by kind: anything else found there is not its to have made. */
 export const RUN_ENTRIES = {
-  sockets: ['qmp.sock', 'agent.sock', 'migrate.sock'],
+  sockets: ['qmp.sock', 'agent.sock', 'migrate.sock', 'display.sock'],
   files: ['serial.log', 'qemu.pid', 'memory.ram'],
 } as const;
 
@@ -36,6 +38,7 @@ export function machineFiles(dir: string): MachineFiles {
     runDir,
     qmpSocket: join(runDir, 'qmp.sock'),
     agentSocket: join(runDir, 'agent.sock'),
+    displaySocket: join(runDir, 'display.sock'),
     serialLog: join(runDir, 'serial.log'),
     pidFile: join(runDir, 'qemu.pid'),
     qemuLog: join(dir, 'qemu.log'),

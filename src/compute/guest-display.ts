@@ -1,0 +1,140 @@
+// MachineDisplay on QEMU machines: the screen of a machine whose image has one (manifest.json
+// `display`, images/profiles/display.ts). Pixels and input go through QEMU's own VNC server on the
+// machine's display socket (src/compute/qemu/command-line.ts); what only the guest knows (is the
+// desktop up, which size has the screen) is asked through the guest agent with short shell
+// commands (Node in a guest under TCG takes seconds to start; sh, xdotool and xrandr do not).
+import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { AgentClient } from './agent-client';
+import { DISPLAY_MAX, DISPLAY_MIN, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
+
+/** What a display needs of the machine host (QemuMachineHost has all of it). */
+export interface DisplayHost {
+  /** The screen of the machine's image; null when it has none (or the machine is unknown). */
+  imageDisplay(id: string): Promise<DisplaySize | null>;
+  isRunning(id: string): Promise<boolean>;
+  /** Where QEMU's VNC server of the machine listens. */
+  displaySocket(id: string): string;
+  agent(id: string): AgentClient;
+}
+
+/** The guest's side, as the display images set it up (images/profiles/display.ts). */
+const GUEST = {
+  user: 'kiste',
+  env: { DISPLAY: ':0', XAUTHORITY: '/home/kiste/.Xauthority' },
+  sessionUnit: 'kiste-desktop.service',
+};
+
+/**
+ * Prints `ready` when X on :0 accepts the desktop user's cookie, the session unit runs and has a
+ * window on the screen; else `starting`.
+ */
+const READY_PROBE = [
+  `systemctl is-active --quiet ${GUEST.sessionUnit} || { echo starting; exit 0; }`,
+  'xdotool search --onlyvisible --limit 1 --name "" >/dev/null 2>&1 && echo ready || echo starting',
+].join('\n');
+
+/**
+ * Sets the screen to $1 x $2 (integers; nothing else reaches the shell) on the first connected
+ * output, and prints the size the screen has afterwards: "W H". A size the output does not offer
+ * is added as a mode with CVT reduced-blanking-like timings at 60 Hz (the display device is virtual:
+ * the timings only have to be valid; Debian 12 has no `cvt` in the X server's package).
+ */
+const RESIZE_SCRIPT = [
+  'set -eu',
+  'w=$1 h=$2',
+  'out=$(xrandr --query | awk \'$2 == "connected" { print $1; exit }\')',
+  '[ -n "$out" ] || { echo "no connected output" >&2; exit 1; }',
+  'mode="${w}x${h}"',
+  // the modes the output offers (indented lines under it, up to the next output)
+  'offered=$(xrandr --query | awk -v out="$out" \'/^[^ ]/ { on = ($1 == out) } on && /^   / { print $1 }\')',
+  'if ! printf "%s\\n" "$offered" | grep -qx "$mode"; then',
+  '  mode="kiste-${w}x${h}"',
+  '  if ! printf "%s\\n" "$offered" | grep -qx "$mode"; then',
+  '    htotal=$((w + 160)) vtotal=$((h + 31))',
+  '    khz=$((htotal * vtotal * 60 / 1000))',
+  '    clock=$((khz / 1000)).$(printf %03d $((khz % 1000)))',
+  '    xrandr --newmode "$mode" "$clock" "$w" $((w + 48)) $((w + 80)) "$htotal" "$h" $((h + 3)) $((h + 9)) "$vtotal" +hsync -vsync 2>/dev/null || true',
+  '    xrandr --addmode "$out" "$mode"',
+  '  fi',
+  'fi',
+  'xrandr --output "$out" --mode "$mode"',
+  'xrandr --query | sed -n \'s/^Screen 0: .* current \\([0-9]*\\) x \\([0-9]*\\),.*/\\1 \\2/p\'',
+].join('\n');
+
+/**
+ * The size a resize asks the guest for: whole pixels within DISPLAY_MIN..DISPLAY_MAX, the width a
+ * multiple of 8 (the horizontal granularity of CVT timings, which video modes keep to).
+ */
+export function clampDisplaySize(size: DisplaySize): DisplaySize {
+  const clamp = (value: number, min: number, max: number) => Math.min(max, Math.max(min, Number.isFinite(value) ? Math.round(value) : min));
+  return {
+    width: Math.floor(clamp(size.width, DISPLAY_MIN.width, DISPLAY_MAX.width) / 8) * 8,
+    height: clamp(size.height, DISPLAY_MIN.height, DISPLAY_MAX.height),
+  };
+}
+
+export class DisplayUnavailableError extends Error {
+  constructor(
+    readonly reason: 'none' | 'stopped' | 'unreachable',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'DisplayUnavailableError';
+  }
+}
+
+export class QemuMachineDisplay implements MachineDisplay {
+  constructor(
+    private readonly host: DisplayHost,
+    private readonly options: { probeTimeoutMs?: number; resizeTimeoutMs?: number } = {},
+  ) {}
+
+  async state(id: string): Promise<DisplayState> {
+    if (!(await this.host.imageDisplay(id))) return 'none';
+    if (!(await this.host.isRunning(id))) return 'stopped';
+    const timeoutMs = this.options.probeTimeoutMs ?? 5_000;
+    try {
+      const result = await this.host.agent(id).run({ argv: ['sh', '-c', READY_PROBE], env: GUEST.env, timeout_ms: timeoutMs }, { timeoutMs });
+      return result.exit_code === 0 && result.stdout.toString().trim() === 'ready' ? 'ready' : 'starting';
+    } catch {
+      return 'starting'; // the agent does not answer yet (booting, resuming)
+    }
+  }
+
+  async connect(id: string): Promise<Duplex> {
+    if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
+    if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
+    const path = this.host.displaySocket(id);
+    if (!existsSync(path)) throw new DisplayUnavailableError('unreachable', `machine ${id} runs without its display socket (started before it had one?)`);
+    return new Promise<Duplex>((resolve, reject) => {
+      const socket = connect(path);
+      socket.once('connect', () => {
+        socket.removeAllListeners('error');
+        resolve(socket);
+      });
+      socket.once('error', (error) => reject(new DisplayUnavailableError('unreachable', `the display of machine ${id} does not answer: ${error.message}`)));
+    });
+  }
+
+  async resize(id: string, size: DisplaySize): Promise<DisplaySize> {
+    if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
+    if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
+    const wanted = clampDisplaySize(size);
+    const timeoutMs = this.options.resizeTimeoutMs ?? 30_000;
+    const result = await this.host.agent(id).run(
+      {
+        argv: ['runuser', '-u', GUEST.user, '--', 'sh', '-c', RESIZE_SCRIPT, 'kiste-resize', String(wanted.width), String(wanted.height)],
+        env: GUEST.env,
+        timeout_ms: timeoutMs,
+      },
+      { timeoutMs },
+    );
+    const now = /^(\d+) (\d+)$/m.exec(result.stdout.toString());
+    if (result.exit_code !== 0 || !now) {
+      throw new Error(`the guest could not set its screen to ${wanted.width}x${wanted.height}: ${result.stderr.toString().trim().slice(0, 500) || `exit ${result.exit_code}`}`);
+    }
+    return { width: Number(now[1]), height: Number(now[2]) };
+  }
+}
