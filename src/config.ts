@@ -2,6 +2,7 @@
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
 import { parseCidr, type Cidr } from './net/special-addresses';
+import type { ImageProfile } from './compute/machine-host';
 
 export interface Config {
   listenHost: string;
@@ -20,10 +21,11 @@ export interface Config {
   logLevel: string;
   version: string;
   /**
-   * Host image that stands for the universal image: `desktop` (Xfce on a virtual display, the
-   * default) or `minimal` (no desktop, boots fast: tests and small hosts).
+   * Host image that stands for the universal image: `desktop` (Xfce on the machine's display, the
+   * default), `minimal` (no desktop, boots fast: tests and small hosts) or `desktop-lite` (a display
+   * with an xterm session and no Xfce: the desktop tests).
    */
-  imageProfile: 'minimal' | 'desktop';
+  imageProfile: ImageProfile;
   imagesDir: string;
   /** auto: probe KVM once, else TCG. */
   accelerator: 'auto' | 'kvm' | 'tcg';
@@ -132,7 +134,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
     logLevel: env.KISTE_LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
-    imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop'] as const, 'desktop'),
+    imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop', 'desktop-lite'] as const, 'desktop'),
     imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
     machineEgress: {

@@ -26,7 +26,7 @@ import { Terminals, type TerminalSettings } from './domain/terminals';
 import { Desktops } from './domain/desktops';
 import { DesktopStore } from './store/desktop';
 import type { MachineDisplay } from './compute/machine-display';
-const PLACEHOLDER_DISPLAY: MachineDisplay = { state: async () => 'none', connect: async () => { throw new Error('x'); }, resize: async (_i, s) => s };
+import { QemuMachineDisplay } from './compute/guest-display';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
@@ -204,7 +204,7 @@ export function createServices(config: Config, database: Database, options: Serv
     sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
-      options.machineDisplay ?? PLACEHOLDER_DISPLAY, clock),
+      options.machineDisplay ?? new QemuMachineDisplay(machineHost), clock),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,

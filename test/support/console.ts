@@ -18,11 +18,14 @@ export interface ConsoleRig {
 
 export async function startConsole(options: TestServiceOptions = {}): Promise<ConsoleRig> {
   const browser = await launchChromium();
-  const t = await startTestService(options);
+  // The service's base URL is the address it is reached at (desktop links and other absolute URLs
+  // name it), so the port is chosen before the service starts.
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const t = await startTestService({ ...options, env: { KISTE_BASE_URL: url, ...options.env } });
   const server: Server = createServer(t.app);
   const sockets = serveWebSockets(server, t.app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
   const pages: WatchedPage[] = [];
   return {
     t,
@@ -50,4 +53,15 @@ export async function signIn(page: Page, account: Account, password = TEST_PASSW
   await page.getByLabel('E-mail').fill(account.email);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
 }

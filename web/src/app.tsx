@@ -18,6 +18,8 @@ import { AlertsPage } from './pages/alerts';
 import { SignInsPage } from './pages/sign-ins';
 import { AccountPage } from './pages/account';
 import { NotFoundPage } from './pages/not-found';
+import { DesktopViewerPage } from './desktop/viewer-page';
+import { setAsideReference } from './desktop/link-reference';
 
 export function App() {
   return (
@@ -28,6 +30,8 @@ export function App() {
 }
 
 const SIGNED_OUT_PAGES = new Set(['/console/login', '/console/signup']);
+/** Where desktop links open: the viewer fills the window, without the console's navigation. */
+const DESKTOP_PATH = '/desktop';
 
 function Root() {
   const { session } = useSession();
@@ -39,6 +43,7 @@ function Root() {
     if (session.state === 'signed-in' && signedOutPage) go(safeContinue(location.query.get('continue')));
     // Signed out anywhere else: to sign-in, coming back here afterwards.
     if (session.state === 'signed-out' && !signedOutPage) {
+      if (location.path === DESKTOP_PATH) setAsideReference(); // the link's reference is in the fragment, which sign-in would lose
       const here = location.path + (location.query.size ? `?${location.query}` : '');
       navigate(`/console/login${here === '/' ? '' : `?continue=${encodeURIComponent(here)}`}`, { replace: true });
     }
@@ -50,6 +55,7 @@ function Root() {
     return <main class="narrow">{location.path === '/console/signup' ? <SignUpPage /> : <SignInPage reason={session.state === 'signed-out' ? session.reason : undefined} />}</main>;
   }
   if (session.state !== 'signed-in') return <Loading />;
+  if (location.path === DESKTOP_PATH) return <DesktopViewerPage />;
   return <SignedIn location={location} />;
 }
 

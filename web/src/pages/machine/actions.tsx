@@ -39,6 +39,7 @@ export function MachineActions({ instance, tab, onChange }: { instance: Instance
   return (
     <div class="machine-actions">
       <div class="actions" role="group" aria-label="Machine actions">
+        {instance.status !== 'deleting' && <OpenDesktopButton name={instance.name} />}
         {offered.has('start') && (
           <ConfirmButton
             label={instance.session_saved ? 'Resume' : 'Start'}
@@ -147,5 +148,35 @@ function ForkDialog({ instance, disabled }: { instance: Instance; disabled: bool
         <LifetimeSelect id="fork-lifetime" value={lifetime} onChange={setLifetime} noneLabel="No automatic stop" />
       </Field>
     </FormDialog>
+  );
+}
+
+/**
+ * Makes a desktop link and opens the viewer in a new tab. The tab is opened at once (still inside the
+ * click, so no pop-up blocker holds it) and sent to the link when it arrives.
+ */
+function OpenDesktopButton({ name }: { name: string }) {
+  const open = useAction(async () => {
+    const tab = window.open('about:blank', '_blank');
+    try {
+      const link = await ok(api.POST('/v1/instances/{name}/desktop-link', { params: { path: { name } }, body: {} }));
+      if (tab) {
+        tab.opener = null;
+        tab.location.href = link.url;
+      } else {
+        window.location.assign(link.url);
+      }
+    } catch (error) {
+      tab?.close();
+      throw error;
+    }
+  });
+  return (
+    <>
+      <button type="button" class="button primary" disabled={open.busy} onClick={() => void open.run()}>
+        Open desktop
+      </button>
+      <ErrorNotice error={open.error} />
+    </>
   );
 }

@@ -1,0 +1,150 @@
+// The desktop viewer in real Chromium against a real guest with a screen (the desktop-lite image:
+// Xorg on the machine's display device, an xterm session): "Open desktop" on the machine page opens
+// the viewer in a new tab, which shows the machine's screen through the recovery console (noVNC on
+// QEMU's own view of the display); pointer moves in the viewer move the guest's pointer
+// (xdotool getmouselocation); keys typed in the viewer reach the guest's xterm; after a stop with
+// memory and a resume the same tab reconnects by itself. A signed-out browser with the link is sent to
+// sign in and then lands on the desktop; another account's browser sees nothing. Screenshots of each.
+import type { Page } from 'playwright-core';
+import type { Account } from '../../src/store/prisma';
+import { SshKeyFactory } from '../fixtures/account-access';
+import { screenshot } from '../support/browser';
+import { ConsoleRig, signIn, startConsole } from '../support/console';
+import { guestRun } from '../support/guest';
+import { apiKeyFor, bearer, createAccount } from '../support/harness';
+import { ensureDesktopTestImage, TEST_IMAGE_DIR } from '../support/images';
+
+const NAME = 'desk-box';
+const BOOT_MS = 300_000;
+
+describe('desktop viewer with a real guest', () => {
+  let rig: ConsoleRig;
+  let account: Account;
+  let key: string;
+  let console: Page;
+  let viewer: Page;
+  const problems: string[][] = [];
+  let instanceId: string;
+
+  const connected = (page: Page, timeout: number) => page.getByRole('status').getByText('Connected (recovery console)').waitFor({ timeout });
+  /** The guest pointer as X sees it. */
+  const guestPointer = async () => {
+    const { stdout } = await guestRun(rig.t, instanceId, 'DISPLAY=:0 XAUTHORITY=/home/kiste/.Xauthority xdotool getmouselocation');
+    const match = /x:(\d+) y:(\d+)/.exec(stdout);
+    return match ? { x: Number(match[1]), y: Number(match[2]) } : null;
+  };
+  /** Pixels of the viewer's canvas that differ from the first one (the screen is not blank). */
+  const distinctPixels = (page: Page) =>
+    page.evaluate(`(() => {
+      const canvas = document.querySelector('.desktop-screen canvas');
+      if (!canvas || !canvas.width) return 0;
+      const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+      let differing = 0;
+      for (let i = 4; i < data.length; i += 4 * 7) if (data[i] !== data[0] || data[i + 1] !== data[1] || data[i + 2] !== data[2]) differing++;
+      return differing;
+    })()`) as Promise<number>;
+
+  beforeAll(async () => {
+    await ensureDesktopTestImage();
+    rig = await startConsole({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'desktop-lite' } });
+    expect(await rig.t.services.machineHost.refreshImage('desktop-lite')).not.toBeNull();
+    account = await createAccount(rig.t);
+    key = await apiKeyFor(rig.t, account);
+    const created = await rig.t.api.post('/v1/instances').set(bearer(key))
+      .send({ name: NAME, profile: 'desktop', vcpu: 1, memory_mib: 1024, disk_mib: 4096, ssh_public_key: new SshKeyFactory().generate('ed25519').publicKey });
+    expect([200, 201, 202]).toContain(created.status);
+    instanceId = created.body.id;
+    const opened = await rig.open('/console/login');
+    console = opened.page;
+    problems.push(opened.problems);
+    await signIn(console, account);
+    await console.waitForURL(`${rig.url}/`);
+  }, BOOT_MS);
+  afterAll(async () => {
+    if (rig) {
+      for (const id of await rig.t.services.machineHost.knownMachineIds()) await rig.t.services.machineHost.destroy(id).catch(() => undefined);
+      await rig.close();
+    }
+  });
+  afterEach(() => {
+    for (const list of problems) expect(list).toEqual([]);
+  });
+
+  test('"Open desktop" opens the viewer in a new tab, which shows the machine\'s screen', async () => {
+    await console.goto(`${rig.url}/console/machines/${NAME}`);
+    await console.locator('.page-header .badge', { hasText: /^running$/ }).waitFor({ timeout: BOOT_MS });
+    const [tab] = await Promise.all([
+      console.context().waitForEvent('page'),
+      console.getByRole('group', { name: 'Machine actions' }).getByRole('button', { name: 'Open desktop' }).click(),
+    ]);
+    viewer = tab;
+    await viewer.waitForURL(/\/desktop#kiste_dsk_/);
+    await connected(viewer, BOOT_MS);
+    await viewer.setViewportSize({ width: 1300, height: 800 });
+    // The session's X draws: wait until the canvas holds more than one colour.
+    for (let i = 0; i < 120 && (await distinctPixels(viewer)) < 1000; i++) await viewer.waitForTimeout(1000);
+    expect(await distinctPixels(viewer)).toBeGreaterThan(1000);
+    await screenshot(viewer, 'desktop-viewer');
+  }, BOOT_MS + 60_000);
+
+  test('pointer moves in the viewer move the guest pointer; typed keys reach the guest window', async () => {
+    await viewer.getByRole('checkbox', { name: 'Scale to fit' }).uncheck(); // one viewer pixel = one guest pixel
+    const canvas = viewer.locator('.desktop-screen canvas');
+    const box = (await canvas.boundingBox())!;
+    await viewer.mouse.move(box.x + 300, box.y + 200);
+    await viewer.mouse.move(box.x + 321, box.y + 234, { steps: 3 });
+    let pointer = await guestPointer();
+    for (let i = 0; i < 20 && !(pointer && Math.abs(pointer.x - 321) <= 2 && Math.abs(pointer.y - 234) <= 2); i++) {
+      await viewer.waitForTimeout(500);
+      pointer = await guestPointer();
+    }
+    expect(pointer).not.toBeNull();
+    expect(Math.abs(pointer!.x - 321)).toBeLessThanOrEqual(2);
+    expect(Math.abs(pointer!.y - 234)).toBeLessThanOrEqual(2);
+
+    await canvas.click({ position: { x: 200, y: 200 } });
+    // Keys go by physical code (the guest's layout makes the character): '>' is Shift held with the key '.'.
+    await viewer.keyboard.type('echo typed-in-the-viewer ', { delay: 30 });
+    await viewer.keyboard.press('Shift+Period');
+    await viewer.keyboard.type(' /tmp/from-viewer\n', { delay: 30 });
+    let typed = '';
+    for (let i = 0; i < 60 && typed !== 'typed-in-the-viewer\n'; i++) {
+      await viewer.waitForTimeout(500);
+      typed = (await guestRun(rig.t, instanceId, 'cat /tmp/from-viewer 2>/dev/null || true')).stdout;
+    }
+    expect(typed).toBe('typed-in-the-viewer\n');
+    await screenshot(viewer, 'desktop-viewer-typed');
+  }, 120_000);
+
+  test('after a stop with memory and a resume the same tab reconnects by itself', async () => {
+    await rig.t.api.post(`/v1/instances/${NAME}/stop`).set(bearer(key)).send({ snapshot: true });
+    await viewer.getByRole('status').getByText(/reconnecting|Waiting/).waitFor({ timeout: 60_000 });
+    await rig.t.api.post(`/v1/instances/${NAME}/resume`).set(bearer(key));
+    await connected(viewer, 180_000);
+    // The resumed session is the same X session: the file typed before is still there, the pointer where it was.
+    expect((await guestRun(rig.t, instanceId, 'cat /tmp/from-viewer')).stdout).toBe('typed-in-the-viewer\n');
+    expect(await distinctPixels(viewer)).toBeGreaterThan(1000);
+  }, 300_000);
+
+  test('a signed-out browser with the link signs in first, then sees the desktop; another account sees nothing', async () => {
+    const link = (await rig.t.api.post(`/v1/instances/${NAME}/desktop-link`).set(bearer(key)).expect(200)).body.url as string;
+    const fresh = await rig.open('/');
+    problems.push(fresh.problems);
+    await fresh.page.goto(link.replace(/^https?:\/\/[^/]+/, rig.url));
+    await fresh.page.waitForURL(/\/console\/login/);
+    expect(fresh.page.url()).not.toContain('kiste_dsk_'); // the reference never sits in a logged address
+    await signIn(fresh.page, account);
+    await fresh.page.waitForURL(/\/desktop#kiste_dsk_/);
+    await connected(fresh.page, 60_000);
+
+    const other = await createAccount(rig.t);
+    const stranger = await rig.open('/console/login');
+    stranger.problems.length = 0;
+    await signIn(stranger.page, other);
+    await stranger.page.waitForURL(`${rig.url}/`);
+    await stranger.page.goto(link.replace(/^https?:\/\/[^/]+/, rig.url));
+    await stranger.page.getByText('This desktop link is invalid, has expired or was revoked.').waitFor();
+    expect(await stranger.page.locator('.desktop-screen canvas').count()).toBe(0);
+    await screenshot(stranger.page, 'desktop-viewer-refused');
+  }, 120_000);
+});
