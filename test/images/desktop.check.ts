@@ -101,7 +101,7 @@ describe('desktop image', () => {
     await t.close();
   });
 
-  it('boots to SSH and the agent, then runs Xfce on the virtual display; Node and the tools are there', async () => {
+  it('boots to SSH and the agent, then runs Xfce on the machine\'s screen; Node and the tools are there', async () => {
     const createdAt = Date.now();
     const created = await t.api.post('/v1/instances').set(bearer(key))
       .send({ profile: 'desktop', name: 'desk', vcpu: 2, memory_mib: 2048, disk_mib: 8192, ssh_public_key: SSH_KEY });
