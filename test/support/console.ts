@@ -6,6 +6,7 @@ import { serveWebSockets } from '../../src/http/websocket';
 import type { Account } from '../../src/store/prisma';
 import { launchChromium, watchedPage, WatchedPage } from './browser';
 import { startTestService, TEST_PASSWORD, TestService, TestServiceOptions } from './harness';
+import { freePort } from './service-process';
 
 export interface ConsoleRig {
   t: TestService;
@@ -53,15 +54,4 @@ export async function signIn(page: Page, account: Account, password = TEST_PASSW
   await page.getByLabel('E-mail').fill(account.email);
   await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number };
-      probe.close(() => resolve(port));
-    });
-  });
 }

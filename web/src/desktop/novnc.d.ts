@@ -11,6 +11,5 @@ declare module '@novnc/novnc' {
     compressionLevel: number;
     disconnect(): void;
     focus(): void;
-    clipboardPasteFrom(text: string): void;
   }
 }

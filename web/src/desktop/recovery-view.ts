@@ -4,7 +4,6 @@
 export interface RecoveryView {
   disconnect(): void;
   setScale(fit: boolean): void;
-  paste(text: string): void;
   focus(): void;
 }
 
@@ -12,8 +11,6 @@ export interface RecoveryEvents {
   connected(): void;
   /** The connection ended; `clean` when either side closed it in order. */
   disconnected(clean: boolean): void;
-  /** Text the machine put on its clipboard. */
-  clipboard(text: string): void;
 }
 
 export async function openRecoveryView(target: HTMLElement, url: string, token: string, fit: boolean, events: RecoveryEvents): Promise<RecoveryView> {
@@ -28,14 +25,12 @@ export async function openRecoveryView(target: HTMLElement, url: string, token: 
   rfb.background = '#111';
   rfb.addEventListener('connect', () => events.connected());
   rfb.addEventListener('disconnect', (event) => events.disconnected(Boolean((event as CustomEvent<{ clean: boolean }>).detail?.clean)));
-  rfb.addEventListener('clipboard', (event) => events.clipboard((event as CustomEvent<{ text: string }>).detail.text));
   return {
     disconnect: () => rfb.disconnect(),
     setScale(value) {
       rfb.scaleViewport = value;
       rfb.clipViewport = !value;
     },
-    paste: (text) => rfb.clipboardPasteFrom(text),
     focus: () => rfb.focus(),
   };
 }

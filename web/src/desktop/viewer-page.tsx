@@ -77,9 +77,6 @@ export function DesktopViewerPage() {
           setState({ kind: 'connected' });
         },
         disconnected: () => reconnectLater(),
-        clipboard(text) {
-          void navigator.clipboard?.writeText(text).catch(() => undefined);
-        },
       });
       if (stop.signal.aborted) view.current.disconnect();
     })();
@@ -91,16 +88,6 @@ export function DesktopViewerPage() {
   }, [reference, attempt]);
 
   useEffect(() => view.current?.setScale(fit), [fit]);
-
-  // Text pasted while the viewer has focus goes to the machine's clipboard.
-  useEffect(() => {
-    const onPaste = (event: ClipboardEvent) => {
-      const text = event.clipboardData?.getData('text/plain');
-      if (text && view.current) view.current.paste(text);
-    };
-    window.addEventListener('paste', onPaste);
-    return () => window.removeEventListener('paste', onPaste);
-  }, []);
 
   if (!reference) {
     return (
