@@ -1,6 +1,5 @@
 // The viewer's desktop session as the API answers it (session and renew).
 import type { OpenedDesktopSession } from '../src/domain/desktops';
-import { iceServers } from '../src/domain/ice-servers';
 import type { components } from '../src/generated/api';
 import type { Services } from '../src/services';
 
@@ -19,6 +18,6 @@ export function presentDesktopSession(services: Services, opened: OpenedDesktopS
     revoke_url: new URL(`/v1/desktop/native/session/${session.id}`, base).toString(),
     expires_at: session.expiresAt.toISOString(),
     recovery: { url: recoveryUrl.toString(), token: opened.recoveryToken, expires_at: opened.recoveryExpiresAt.toISOString() },
-    ice_servers: iceServers(services.config.turn, session.id, session.expiresAt),
+    ice_servers: services.desktops.iceServers(session),
   };
 }

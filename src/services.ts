@@ -27,6 +27,8 @@ import { Desktops } from './domain/desktops';
 import { DesktopStore } from './store/desktop';
 import type { MachineDisplay } from './compute/machine-display';
 import { QemuMachineDisplay } from './compute/guest-display';
+import { DEFAULT_STREAM_SETTINGS } from './media/desktop-streamer';
+import { WebRtcDesktopStreamer } from './media/webrtc-streamer';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import type { Accelerator } from './compute/machine-host';
 import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
@@ -204,11 +206,21 @@ export function createServices(config: Config, database: Database, options: Serv
     sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
-      options.machineDisplay ?? new QemuMachineDisplay(machineHost), clock),
+      options.machineDisplay ?? new QemuMachineDisplay(machineHost),
+      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
+      config.turn, clock),
     alerts,
     webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,
     builtFiles: options.builtFiles ?? new DistFiles(join(packageRoot(), 'dist')),
     startedAt: clock.now(),
   };
+}
+
+/**
+ * Where desktop streams gather ICE host candidates: the service's own listen address, so a service on
+ * loopback streams only to this computer; on a wildcard address, every interface.
+ */
+function iceHostAddress(listenHost: string): string | null {
+  return listenHost === '0.0.0.0' || listenHost === '::' || listenHost.includes(':') ? null : listenHost;
 }

@@ -9,6 +9,8 @@
 import type { Duplex } from 'node:stream';
 import { KisteError } from '../errors';
 import type { DisplayState, MachineDisplay } from '../compute/machine-display';
+import { OfferRejectedError, type DesktopStreamer } from '../media/desktop-streamer';
+import { iceServers, type IceServer } from './ice-servers';
 import type { DesktopStore } from '../store/desktop';
 import type { DesktopLink, DesktopSession } from '../store/prisma';
 import type { InstanceStore } from '../store/instances';
@@ -50,8 +52,15 @@ export class Desktops {
     private readonly instanceStore: InstanceStore,
     private readonly instances: Instances,
     private readonly display: MachineDisplay,
+    private readonly streamer: DesktopStreamer,
+    private readonly turn: { urls: string[]; secret: string } | null,
     private readonly clock: Clock,
   ) {}
+
+  /** The ICE servers a session's viewer gets (an operator's TURN server, with credentials for the session's lifetime). */
+  iceServers(session: DesktopSession): IceServer[] {
+    return iceServers(this.turn, session.id, session.expiresAt);
+  }
 
   /** A new link to the instance's desktop (whatever its state: stop and resume keep links). */
   async createLink(accountId: string, name: string, ttlSeconds: number | null | undefined): Promise<{ reference: string; link: DesktopLink }> {
@@ -82,11 +91,17 @@ export class Desktops {
   /** Resolves when the instance behind the link can stream its desktop; else the reason (D01, K03, D06, D03). */
   async preflight(accountId: string, reference: string): Promise<void> {
     const link = await this.liveLink(accountId, reference);
-    const instanceId = await this.runningInstanceId(link.instanceId);
-    const state: DisplayState = await this.display.state(instanceId);
+    await this.streamableInstance(link.instanceId);
+  }
+
+  /** The running instance whose desktop is up; else why not (D01, K03, D06, D03). */
+  private async streamableInstance(instanceId: string): Promise<string> {
+    const id = await this.runningInstanceId(instanceId);
+    const state: DisplayState = await this.display.state(id);
     if (state === 'none') throw new KisteError('D06');
     if (state === 'stopped') throw new KisteError('K03', { message: 'The instance is not running' });
     if (state === 'starting') throw new KisteError('D03');
+    return id;
   }
 
   /** Exchanges a live link for a desktop session of the caller's own (the link stays usable). */
@@ -122,6 +137,37 @@ export class Desktops {
   async endSession(accountId: string, sessionId: string): Promise<void> {
     if (!(await this.store.endSession(accountId, sessionId, this.clock.now()))) throw new KisteError('D02');
     this.closeStreams(sessionId, 'the desktop session ended');
+  }
+
+  /**
+   * Answers a viewer's WebRTC offer: the machine's screen streams to it from now on, until the
+   * viewer leaves, the machine stops or the session ends.
+   */
+  async offer(accountId: string, sessionId: string, offerSdp: string): Promise<string> {
+    const session = await this.session(accountId, sessionId);
+    const instanceId = await this.streamableInstance(session.instanceId);
+    let screen: Duplex;
+    try {
+      screen = await this.display.connect(instanceId);
+    } catch (error) {
+      throw new KisteError('D03', { message: `The machine's screen cannot be reached yet (${error instanceof Error ? error.message : String(error)})` });
+    }
+    let untrack = () => {};
+    try {
+      const stream = await this.streamer.open({
+        offerSdp,
+        iceServers: this.iceServers(session),
+        screen,
+        resize: (size) => this.display.resize(instanceId, size),
+        onEnded: () => untrack(),
+      });
+      untrack = this.track(session, { close: (reason) => stream.close(reason) });
+      return stream.answerSdp;
+    } catch (error) {
+      screen.destroy();
+      if (error instanceof OfferRejectedError) throw new KisteError('P01', { message: error.message, param: 'sdp' });
+      throw error;
+    }
   }
 
   /** A live session of the account (D02 otherwise). */

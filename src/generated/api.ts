@@ -600,7 +600,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send the WebRTC offer */
+        /**
+         * Send the WebRTC offer
+         * @description The viewer's SDP offer (a video section to receive the screen on, data channels `input` and `control`) in, the answer out, complete with candidates (no trickle). The screen streams from then on; 503 D03 while the desktop starts, 409 K03 while the machine is not running, 400 P01 for an offer that cannot be answered.
+         */
         post: operations["PostDesktopOffer"];
         delete?: never;
         options?: never;

@@ -65,6 +65,7 @@ import { handler as OAuthAuthorizeDecision } from '../../handlers/OAuthAuthorize
 import { handler as OAuthToken } from '../../handlers/OAuthToken';
 import { handler as OpenRecoveryConsole } from '../../handlers/OpenRecoveryConsole';
 import { handler as OpenSshTunnel } from '../../handlers/OpenSshTunnel';
+import { handler as PostDesktopOffer } from '../../handlers/PostDesktopOffer';
 import { handler as RenameInstance } from '../../handlers/RenameInstance';
 import { handler as RenewDesktopSession } from '../../handlers/RenewDesktopSession';
 import { handler as RestartInstance } from '../../handlers/RestartInstance';
@@ -143,6 +144,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   OAuthToken,
   OpenRecoveryConsole,
   OpenSshTunnel,
+  PostDesktopOffer,
   RenameInstance,
   RenewDesktopSession,
   RestartInstance,

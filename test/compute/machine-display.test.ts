@@ -14,7 +14,7 @@ import { QemuMachineHost } from '../../src/compute/qemu-machine-host';
 import type { HostJail } from '../../src/compute/jail';
 import { ensureDesktopTestImage, ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { testJail } from '../support/jail';
-import { RfbClient } from '../support/rfb';
+import { colours as frameColours, RfbClient, typeText } from '../support/rfb';
 
 jest.setTimeout(900_000);
 
@@ -72,7 +72,7 @@ describe('the screen of a desktop-lite machine', () => {
   /** Full frames until one is not a single colour (the session may still be drawing). */
   async function drawnFrame(client: RfbClient): Promise<number> {
     let colours = 0;
-    await pollUntil(async () => (colours = RfbClient.colours(await client.frame(false))) > 1, { timeoutMs: 60_000, intervalMs: 1000, what: 'a drawn frame' });
+    await pollUntil(async () => (colours = frameColours(await client.frame(false))) > 1, { timeoutMs: 60_000, intervalMs: 1000, what: 'a drawn frame' });
     return colours;
   }
 
@@ -148,7 +148,7 @@ describe('the screen of a desktop-lite machine', () => {
   });
 
   it('types into the xterm with RFB key events (keysyms, and QEMU extended key events with scancodes)', async () => {
-    rfb!.type('touch /tmp/typed-over-rfb');
+    typeText(rfb!, 'touch /tmp/typed-over-rfb');
     rfb!.scancode(XK_RETURN, XT_RETURN, true);
     rfb!.scancode(XK_RETURN, XT_RETURN, false);
     await pollUntil(async () => (await guest('test -e /tmp/typed-over-rfb && echo yes')).stdout.trim() === 'yes', {

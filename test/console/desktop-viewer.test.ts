@@ -1,8 +1,9 @@
 // The desktop viewer in real Chromium against a real guest with a screen (the desktop-lite image:
 // Xorg on the machine's display device, an xterm session): "Open desktop" on the machine page opens
-// the viewer in a new tab, which shows the machine's screen through the recovery console (noVNC on
-// QEMU's own view of the display); pointer moves in the viewer move the guest's pointer
-// (xdotool getmouselocation); keys typed in the viewer reach the guest's xterm; after a stop with
+// the viewer in a new tab, which plays the machine's screen as WebRTC video (VP8 from the host's
+// encoder); pointer moves in the viewer move the guest's pointer (xdotool getmouselocation); keys
+// typed in the viewer reach the guest's xterm; the guest's screen takes the viewer's size; the
+// recovery console (noVNC on QEMU's own view of the display) draws the same screen; after a stop with
 // memory and a resume the same tab reconnects by itself. A signed-out browser with the link is sent to
 // sign in and then lands on the desktop; another account's browser sees nothing. Screenshots of each.
 import type { Page } from 'playwright-core';
@@ -26,17 +27,25 @@ describe('desktop viewer with a real guest', () => {
   const problems: string[][] = [];
   let instanceId: string;
 
-  const connected = (page: Page, timeout: number) => page.getByRole('status').getByText('Connected (recovery console)').waitFor({ timeout });
+  const connected = (page: Page, timeout: number, how = 'WebRTC') => page.getByRole('status').getByText(`Connected (${how})`).waitFor({ timeout });
   /** The guest pointer as X sees it. */
   const guestPointer = async () => {
     const { stdout } = await guestRun(rig.t, instanceId, 'DISPLAY=:0 XAUTHORITY=/home/kiste/.Xauthority xdotool getmouselocation');
     const match = /x:(\d+) y:(\d+)/.exec(stdout);
     return match ? { x: Number(match[1]), y: Number(match[2]) } : null;
   };
-  /** Pixels of the viewer's canvas that differ from the first one (the screen is not blank). */
+  /** Pixels of what the viewer shows (the video's current frame, or the recovery console's canvas) that differ from the first one. */
   const distinctPixels = (page: Page) =>
     page.evaluate(`(() => {
-      const canvas = document.querySelector('.desktop-screen canvas');
+      const video = document.querySelector('.desktop-screen video');
+      let canvas = document.querySelector('.desktop-screen canvas');
+      if (video) {
+        if (!video.videoWidth) return 0;
+        canvas = document.createElement('canvas');
+        canvas.width = video.videoWidth;
+        canvas.height = video.videoHeight;
+        canvas.getContext('2d').drawImage(video, 0, 0);
+      }
       if (!canvas || !canvas.width) return 0;
       const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
       let differing = 0;
@@ -70,7 +79,7 @@ describe('desktop viewer with a real guest', () => {
     for (const list of problems) expect(list).toEqual([]);
   });
 
-  test('"Open desktop" opens the viewer in a new tab, which shows the machine\'s screen', async () => {
+  test('"Open desktop" opens the viewer in a new tab, which plays the machine\'s screen over WebRTC at the window\'s size', async () => {
     await console.goto(`${rig.url}/console/machines/${NAME}`);
     await console.locator('.page-header .badge', { hasText: /^running$/ }).waitFor({ timeout: BOOT_MS });
     const [tab] = await Promise.all([
@@ -78,18 +87,27 @@ describe('desktop viewer with a real guest', () => {
       console.getByRole('group', { name: 'Machine actions' }).getByRole('button', { name: 'Open desktop' }).click(),
     ]);
     viewer = tab;
+    await viewer.setViewportSize({ width: 1200, height: 760 });
     await viewer.waitForURL(/\/desktop#kiste_dsk_/);
     await connected(viewer, BOOT_MS);
-    await viewer.setViewportSize({ width: 1300, height: 800 });
-    // The session's X draws: wait until the canvas holds more than one colour.
+    // The session's X draws: wait until the video holds more than one colour.
     for (let i = 0; i < 120 && (await distinctPixels(viewer)) < 1000; i++) await viewer.waitForTimeout(1000);
     expect(await distinctPixels(viewer)).toBeGreaterThan(1000);
+    // The guest's screen takes the viewer's size (the area under the toolbar; widths go by 8).
+    const area = (await viewer.locator('.desktop-screen').boundingBox())!;
+    let size = '';
+    for (let i = 0; i < 60; i++) {
+      size = (await guestRun(rig.t, instanceId, 'DISPLAY=:0 XAUTHORITY=/home/kiste/.Xauthority xrandr --query | head -n 1')).stdout;
+      if (size.includes(`current ${Math.floor(area.width / 8) * 8} x ${Math.round(area.height)}`)) break;
+      await viewer.waitForTimeout(500);
+    }
+    expect(size).toContain(`current ${Math.floor(area.width / 8) * 8} x ${Math.round(area.height)}`);
     await screenshot(viewer, 'desktop-viewer');
   }, BOOT_MS + 60_000);
 
   test('pointer moves in the viewer move the guest pointer; typed keys reach the guest window', async () => {
     await viewer.getByRole('checkbox', { name: 'Scale to fit' }).uncheck(); // one viewer pixel = one guest pixel
-    const canvas = viewer.locator('.desktop-screen canvas');
+    const canvas = viewer.locator('.desktop-screen video');
     const box = (await canvas.boundingBox())!;
     await viewer.mouse.move(box.x + 300, box.y + 200);
     await viewer.mouse.move(box.x + 321, box.y + 234, { steps: 3 });
@@ -115,6 +133,17 @@ describe('desktop viewer with a real guest', () => {
     expect(typed).toBe('typed-in-the-viewer\n');
     await screenshot(viewer, 'desktop-viewer-typed');
   }, 120_000);
+
+  test('the recovery console shows the same screen (noVNC on QEMU\'s view of the display), and back to WebRTC', async () => {
+    await viewer.getByRole('button', { name: 'Recovery console' }).click();
+    await connected(viewer, 60_000, 'recovery console');
+    for (let i = 0; i < 30 && (await distinctPixels(viewer)) < 1000; i++) await viewer.waitForTimeout(500);
+    expect(await distinctPixels(viewer)).toBeGreaterThan(1000);
+    await expect(viewer.getByRole('button', { name: 'Recovery console' }).getAttribute('aria-pressed')).resolves.toBe('true');
+    await screenshot(viewer, 'desktop-viewer-recovery');
+    await viewer.getByRole('button', { name: 'Recovery console' }).click();
+    await connected(viewer, 60_000);
+  }, 150_000);
 
   test('after a stop with memory and a resume the same tab reconnects by itself', async () => {
     await rig.t.api.post(`/v1/instances/${NAME}/stop`).set(bearer(key)).send({ snapshot: true });
@@ -144,7 +173,7 @@ describe('desktop viewer with a real guest', () => {
     await stranger.page.waitForURL(`${rig.url}/`);
     await stranger.page.goto(link.replace(/^https?:\/\/[^/]+/, rig.url));
     await stranger.page.getByText('This desktop link is invalid, has expired or was revoked.').waitFor();
-    expect(await stranger.page.locator('.desktop-screen canvas').count()).toBe(0);
+    expect(await stranger.page.locator('.desktop-screen canvas, .desktop-screen video').count()).toBe(0);
     await screenshot(stranger.page, 'desktop-viewer-refused');
   }, 120_000);
 });

@@ -8,27 +8,33 @@ import { ErrorNotice } from '../ui/kit';
 import { pause } from '../visible';
 import { checkReady, openDesktop, renewDesktop, type DesktopSession } from './desktop-session';
 import { currentReference } from './link-reference';
-import { openRecoveryView, type RecoveryView } from './recovery-view';
+import { openRecoveryView } from './recovery-view';
+import { openWebRtcView, type ScreenView } from './webrtc-view';
 
 type ViewerState =
   | { kind: 'opening' }
   | { kind: 'waiting'; message: string; error: ApiError | null }
   | { kind: 'failed'; message: string; error: ApiError | null }
   | { kind: 'connecting' }
-  | { kind: 'connected' }
+  | { kind: 'connected'; mode: Mode }
   | { kind: 'reconnecting' };
 
 const RECONNECT_MAX_MS = 15_000;
 
+/** WebRTC (the video stream) or the recovery console (plain RFB in noVNC). */
+type Mode = 'webrtc' | 'recovery';
+
 export function DesktopViewerPage() {
   const reference = useMemo(currentReference, []);
   const screen = useRef<HTMLDivElement>(null);
-  const view = useRef<RecoveryView | null>(null);
+  const view = useRef<ScreenView | null>(null);
   const session = useRef<DesktopSession | null>(null);
   const backoff = useRef(1000);
   const [state, setState] = useState<ViewerState>({ kind: 'opening' });
   const [attempt, setAttempt] = useState(0);
   const [fit, setFit] = useState(true);
+  const [mode, setMode] = useState<Mode>('webrtc');
+  const [fellBack, setFellBack] = useState(false);
   const fitNow = useRef(fit);
   fitNow.current = fit;
 
@@ -71,13 +77,29 @@ export function DesktopViewerPage() {
       if (stop.signal.aborted || !current || !screen.current) return;
       session.current = current;
       setState({ kind: 'connecting' });
-      view.current = await openRecoveryView(screen.current, current.recovery.url, current.recovery.token, fitNow.current, {
+      const events = {
         connected() {
           backoff.current = 1000;
-          setState({ kind: 'connected' });
+          setState({ kind: 'connected', mode });
         },
-        disconnected: () => reconnectLater(),
-      });
+        disconnected(neverConnected?: boolean) {
+          if (stop.signal.aborted) return;
+          // WebRTC that cannot connect (UDP blocked, no TURN): the recovery console always can.
+          if (mode === 'webrtc' && neverConnected) {
+            setFellBack(true);
+            setMode('recovery');
+            return;
+          }
+          reconnectLater();
+        },
+      };
+      try {
+        view.current = mode === 'webrtc'
+          ? await openWebRtcView(screen.current, current, fitNow.current, events)
+          : await openRecoveryView(screen.current, current.recovery.url, current.recovery.token, fitNow.current, events);
+      } catch {
+        return events.disconnected(mode === 'webrtc');
+      }
       if (stop.signal.aborted) view.current.disconnect();
     })();
     return () => {
@@ -85,7 +107,7 @@ export function DesktopViewerPage() {
       view.current?.disconnect();
       view.current = null;
     };
-  }, [reference, attempt]);
+  }, [reference, attempt, mode]);
 
   useEffect(() => view.current?.setScale(fit), [fit]);
 
@@ -104,6 +126,10 @@ export function DesktopViewerPage() {
   const reconnect = () => {
     backoff.current = 1000;
     view.current?.disconnect();
+    if (fellBack) {
+      setFellBack(false);
+      setMode('webrtc');
+    }
     setAttempt((n) => n + 1);
   };
   return (
@@ -112,7 +138,16 @@ export function DesktopViewerPage() {
         <span class="desktop-state" role="status" aria-live="polite">
           {describe(state)}
         </span>
-        <button type="button" class="button plain" aria-pressed="true" title="Plain view of the machine's screen; works whatever its desktop does">
+        <button
+          type="button"
+          class="button plain"
+          aria-pressed={mode === 'recovery'}
+          title="Plain view of the machine's screen; works whatever its desktop does"
+          onClick={() => {
+            setFellBack(false);
+            setMode(mode === 'recovery' ? 'webrtc' : 'recovery');
+          }}
+        >
           Recovery console
         </button>
         <label class="desktop-fit">
@@ -125,6 +160,11 @@ export function DesktopViewerPage() {
           Fullscreen
         </button>
       </div>
+      {fellBack && mode === 'recovery' && (
+        <div class="desktop-notice">
+          <p>The video stream could not connect from this network, so this is the recovery console. Reconnect to try the stream again.</p>
+        </div>
+      )}
       {(state.kind === 'waiting' || state.kind === 'failed') && (
         <div class="desktop-notice">
           <p>{state.message}</p>
@@ -147,7 +187,7 @@ function describe(state: ViewerState): string {
     case 'connecting':
       return 'Connecting…';
     case 'connected':
-      return 'Connected (recovery console)';
+      return state.mode === 'webrtc' ? 'Connected (WebRTC)' : 'Connected (recovery console)';
     case 'reconnecting':
       return 'Connection lost; reconnecting…';
   }

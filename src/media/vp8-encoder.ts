@@ -1,0 +1,85 @@
+// The host-side video encoder of a desktop stream: Debian's ffmpeg (libvpx VP8, realtime, niced)
+// reading raw BGRX frames on stdin and writing RTP to a UDP port on loopback that only this process
+// reads. Frames are written only when the screen changed, so an idle desktop costs no encoding at
+// all (0 fps); timestamps are the frames' arrival times. A keyframe is had by starting the encoder
+// afresh (a new viewer, a picture loss report, a new screen size), which takes a fraction of a second.
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { createSocket, type Socket } from 'node:dgram';
+
+export interface VideoEncoderOptions {
+  width: number;
+  height: number;
+  /** Target bit rate in kbit/s. */
+  kbps: number;
+  /** The encoder's program (default `ffmpeg` on PATH). */
+  ffmpeg?: string;
+  onRtp(packet: Buffer): void;
+  onError(message: string): void;
+}
+
+/** What the desktop stream needs of an encoder. */
+export interface VideoEncoder {
+  readonly width: number;
+  readonly height: number;
+  /** Hands over one frame (BGRX, width × height × 4 bytes); false when the encoder is still busy with the last one (the frame is dropped). */
+  write(frame: Buffer): boolean;
+  close(): void;
+}
+
+/** Largest RTP packet ffmpeg writes: below a typical path MTU once SRTP and UDP headers are added. */
+const RTP_PACKET_BYTES = 1200;
+
+export async function startVp8Encoder(options: VideoEncoderOptions): Promise<VideoEncoder> {
+  const socket: Socket = createSocket('udp4');
+  socket.on('message', (packet) => options.onRtp(packet));
+  socket.on('error', (error) => options.onError(`encoder socket: ${error.message}`));
+  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+  const port = socket.address().port;
+  const args = [
+    '-n', '10', options.ffmpeg ?? 'ffmpeg',
+    '-hide_banner', '-loglevel', 'error', '-nostdin',
+    '-f', 'rawvideo', '-pix_fmt', 'bgr0', '-video_size', `${options.width}x${options.height}`,
+    // each frame's time is when it arrived: frames come only when the screen changed
+    '-use_wallclock_as_timestamps', '1', '-i', 'pipe:0',
+    '-an', '-fps_mode', 'passthrough',
+    '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '8', '-threads', '2',
+    '-b:v', `${options.kbps}k`, '-maxrate', `${Math.round(options.kbps * 1.5)}k`, '-bufsize', `${options.kbps}k`,
+    '-lag-in-frames', '0', '-auto-alt-ref', '0', '-error-resilient', '1', '-g', '600',
+    '-f', 'rtp', '-payload_type', '96', `rtp://127.0.0.1:${port}?pkt_size=${RTP_PACKET_BYTES}`,
+  ];
+  // stdin is a pipe of ours; the child ignores a closed one (-nostdin is about interaction, not input).
+  const child: ChildProcessWithoutNullStreams = spawn('nice', args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString('utf8')).slice(-2000);
+  });
+  child.stdout.resume();
+  let closed = false;
+  let busy = false;
+  child.stdin.on('error', () => undefined);
+  child.on('exit', (code, signal) => {
+    socket.close();
+    if (!closed) options.onError(`the encoder exited (${signal ?? code})${stderr ? `: ${stderr.trim()}` : ''}`);
+    closed = true;
+  });
+  child.on('error', (error) => {
+    if (!closed) options.onError(`the encoder could not start: ${error.message}`);
+    closed = true;
+  });
+  return {
+    width: options.width,
+    height: options.height,
+    write(frame) {
+      if (closed || busy) return false;
+      busy = !child.stdin.write(frame);
+      if (busy) child.stdin.once('drain', () => (busy = false));
+      return true;
+    },
+    close() {
+      if (closed) return;
+      closed = true;
+      child.stdin.destroy();
+      child.kill('SIGKILL');
+    },
+  };
+}

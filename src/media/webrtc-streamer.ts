@@ -1,0 +1,210 @@
+// The WebRTC stream of a machine's screen. The peer runs in the service (werift: WebRTC in
+// TypeScript, no native code): its video is VP8 from the host encoder (ffmpeg), fed with the frames
+// QEMU's VNC server hands out only when the screen changed, at most `fps` a second; the viewer's
+// input comes back on data channels and goes in through QEMU (pointer: absolute positions; keys:
+// by physical code). Offer and answer are exchanged in one request (no trickle): host candidates
+// are known at once, TURN ones within the gathering time.
+import { MediaStreamTrack, RTCPeerConnection, useNACK, usePLI, useREMB, useVP8, type RTCDataChannel } from 'werift';
+import { RfbClient } from '../compute/rfb-client';
+import { DEFAULT_STREAM_SETTINGS, OfferRejectedError, type DesktopStreamer, type DesktopStreamSettings, type OpenStream, type StreamRequest } from './desktop-streamer';
+import { scancodeOf } from './key-codes';
+import { startVp8Encoder, type VideoEncoder } from './vp8-encoder';
+
+const CONNECT_WITHIN_MS = 20_000;
+const GATHER_WITHIN_MS = 3_000;
+/** Picture loss reports restart the encoder (a keyframe) at most this often. */
+const KEYFRAME_EVERY_MS = 1_000;
+const MAX_MESSAGE_BYTES = 64 * 1024;
+
+export class WebRtcDesktopStreamer implements DesktopStreamer {
+  constructor(private readonly settings: DesktopStreamSettings = DEFAULT_STREAM_SETTINGS) {}
+
+  async open(request: StreamRequest): Promise<OpenStream> {
+    const rfb = await RfbClient.connect(request.screen);
+    const address = this.settings.hostAddress;
+    const pc = new RTCPeerConnection({
+      codecs: { video: [useVP8({ rtcpFeedback: [useNACK(), usePLI(), useREMB()] })] },
+      iceServers: request.iceServers.map((server) => ({ urls: server.urls[0]!, username: server.username, credential: server.credential })),
+      ...(address ? { iceInterfaceAddresses: { udp4: address }, iceAdditionalHostAddresses: [address], iceUseIpv6: false } : {}),
+    });
+    const stream = new ScreenStream(pc, rfb, this.settings, request);
+    try {
+      return { answerSdp: await stream.answer(request.offerSdp), close: (reason) => stream.close(reason) };
+    } catch (error) {
+      stream.close('the offer could not be answered');
+      throw error;
+    }
+  }
+}
+
+class ScreenStream {
+  private readonly track = new MediaStreamTrack({ kind: 'video' });
+  private encoder: VideoEncoder | null = null;
+  private starting = false;
+  private dirty = true;
+  private timer: NodeJS.Timeout | null = null;
+  private lastKeyframe = 0;
+  private closed = false;
+  private buttons = 0;
+  private control: RTCDataChannel | null = null;
+
+  constructor(
+    private readonly pc: RTCPeerConnection,
+    private readonly rfb: RfbClient,
+    private readonly settings: DesktopStreamSettings,
+    private readonly request: StreamRequest,
+  ) {
+    rfb.onUpdate((update) => {
+      if (update.resized) void this.restartEncoder();
+      if (update.pixels || update.resized) this.dirty = true;
+    });
+    request.screen.once('close', () => this.close('the machine\'s screen went away (it stopped?)'));
+    pc.onDataChannel.subscribe((channel) => this.attach(channel));
+    pc.connectionStateChange.subscribe((state) => {
+      if (state === 'connected') this.begin();
+      if (state === 'failed' || state === 'closed') this.close(`the connection ${state}`);
+    });
+    setTimeout(() => {
+      if (this.pc.connectionState !== 'connected') this.close('the viewer did not connect in time');
+    }, CONNECT_WITHIN_MS).unref();
+  }
+
+  async answer(offerSdp: string): Promise<string> {
+    try {
+      await this.pc.setRemoteDescription({ type: 'offer', sdp: offerSdp });
+    } catch (error) {
+      throw new OfferRejectedError(`the offer is not a usable session description: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    const video = this.pc.getTransceivers().find((transceiver) => transceiver.kind === 'video');
+    if (!video) throw new OfferRejectedError('the offer has no video section to receive the screen on');
+    video.setDirection('sendonly');
+    await video.sender.replaceTrack(this.track);
+    video.sender.onPictureLossIndication.subscribe(() => void this.keyframe());
+    await this.pc.setLocalDescription(await this.pc.createAnswer());
+    await this.gathered();
+    return this.pc.localDescription!.sdp;
+  }
+
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    this.encoder?.close();
+    this.rfb.close();
+    void this.pc.close().catch(() => undefined);
+    this.request.onEnded(reason);
+  }
+
+  private gathered(): Promise<void> {
+    if (this.pc.iceGatheringState === 'complete') return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, GATHER_WITHIN_MS);
+      this.pc.iceGatheringStateChange.subscribe((state) => {
+        if (state !== 'complete') return;
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  /** Connected: frames flow (a full screen first, then only changes, at most fps a second). */
+  private begin(): void {
+    if (this.timer || this.closed) return;
+    void this.restartEncoder();
+    this.rfb.requestUpdate(false);
+    this.timer = setInterval(() => this.tick(), Math.round(1000 / this.settings.fps));
+  }
+
+  private tick(): void {
+    if (!this.dirty || !this.encoder || this.rfb.isClosed) return;
+    // A copy: the screen keeps changing while the encoder reads this frame.
+    if (this.encoder.write(Buffer.from(this.rfb.framebuffer))) {
+      this.dirty = false;
+      this.rfb.requestUpdate(true);
+    }
+  }
+
+  private async keyframe(): Promise<void> {
+    if (Date.now() - this.lastKeyframe < KEYFRAME_EVERY_MS) return;
+    await this.restartEncoder();
+  }
+
+  /** A fresh encoder (its first frame is a keyframe) for the screen's current size. */
+  private async restartEncoder(): Promise<void> {
+    if (this.closed || this.starting) return;
+    this.starting = true;
+    this.lastKeyframe = Date.now();
+    try {
+      this.encoder?.close();
+      this.encoder = null;
+      const encoder = await startVp8Encoder({
+        width: this.rfb.width,
+        height: this.rfb.height,
+        kbps: this.settings.kbps,
+        onRtp: (packet) => this.track.writeRtp(packet),
+        onError: (message) => {
+          if (this.encoder === encoder) this.close(message);
+        },
+      });
+      if (this.closed) return encoder.close();
+      this.encoder = encoder;
+      this.dirty = true;
+      this.control?.send(JSON.stringify({ type: 'size', width: encoder.width, height: encoder.height }));
+    } finally {
+      this.starting = false;
+    }
+  }
+
+  private attach(channel: RTCDataChannel): void {
+    if (channel.label === 'control') this.control = channel;
+    channel.onMessage.subscribe((data) => {
+      const text = typeof data === 'string' ? data : data.toString('utf8');
+      if (text.length > MAX_MESSAGE_BYTES) return;
+      let message: Record<string, unknown>;
+      try {
+        message = JSON.parse(text) as Record<string, unknown>;
+      } catch {
+        return;
+      }
+      this.input(message);
+    });
+  }
+
+  /** One message from the viewer; anything malformed is ignored. */
+  private input(message: Record<string, unknown>): void {
+    const number = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) ? value : null);
+    switch (message.type) {
+      case 'pointer': {
+        const x = number(message.x);
+        const y = number(message.y);
+        const buttons = number(message.buttons);
+        if (x === null || y === null) return;
+        if (buttons !== null) this.buttons = buttons & 0x07;
+        this.rfb.pointer(x, y, this.buttons);
+        return;
+      }
+      case 'wheel': {
+        const x = number(message.x);
+        const y = number(message.y);
+        const dy = number(message.dy);
+        if (x === null || y === null || !dy) return;
+        const bit = dy < 0 ? 0x08 : 0x10; // buttons 4 and 5: one click per message
+        this.rfb.pointer(x, y, this.buttons | bit);
+        this.rfb.pointer(x, y, this.buttons);
+        return;
+      }
+      case 'key': {
+        const scancode = typeof message.code === 'string' ? scancodeOf(message.code) : null;
+        if (scancode !== null) this.rfb.scancode(0, scancode, message.down === true);
+        return;
+      }
+      case 'resize': {
+        const width = number(message.width);
+        const height = number(message.height);
+        if (width === null || height === null) return;
+        void this.request.resize({ width, height }).catch(() => undefined);
+        return;
+      }
+    }
+  }
+}
