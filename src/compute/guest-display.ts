@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { AgentClient } from './agent-client';
-import { DISPLAY_MAX, DISPLAY_MIN, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
+import { CLIPBOARD_MAX_BYTES, DISPLAY_MAX, DISPLAY_MIN, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
 
 /** What a display needs of the machine host (QemuMachineHost has all of it). */
 export interface DisplayHost {
@@ -119,22 +119,39 @@ export class QemuMachineDisplay implements MachineDisplay {
   }
 
   async resize(id: string, size: DisplaySize): Promise<DisplaySize> {
-    if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
     if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
     const wanted = clampDisplaySize(size);
-    const timeoutMs = this.options.resizeTimeoutMs ?? 30_000;
-    const result = await this.host.agent(id).run(
-      {
-        argv: ['runuser', '-u', GUEST.user, '--', 'sh', '-c', RESIZE_SCRIPT, 'kiste-resize', String(wanted.width), String(wanted.height)],
-        env: GUEST.env,
-        timeout_ms: timeoutMs,
-      },
-      { timeoutMs },
-    );
+    const result = await this.asDesktopUser(id, ['sh', '-c', RESIZE_SCRIPT, 'kiste-resize', String(wanted.width), String(wanted.height)], {
+      timeoutMs: this.options.resizeTimeoutMs ?? 30_000,
+    });
     const now = /^(\d+) (\d+)$/m.exec(result.stdout.toString());
     if (result.exit_code !== 0 || !now) {
       throw new Error(`the guest could not set its screen to ${wanted.width}x${wanted.height}: ${result.stderr.toString().trim().slice(0, 500) || `exit ${result.exit_code}`}`);
     }
     return { width: Number(now[1]), height: Number(now[2]) };
+  }
+
+  async readClipboard(id: string): Promise<string> {
+    const result = await this.asDesktopUser(id, ['sh', '-c', 'timeout 5 xclip -o -selection clipboard 2>/dev/null || true'], { outputLimitBytes: CLIPBOARD_MAX_BYTES });
+    return result.stdout.toString('utf8');
+  }
+
+  async writeClipboard(id: string, text: string): Promise<void> {
+    // The text goes as an argument (no NUL can be in one); xclip stays in the background to serve
+    // the selection, so its output is closed or the command would never end.
+    const clipped = Buffer.from(text.replace(/\0/g, ''), 'utf8').subarray(0, CLIPBOARD_MAX_BYTES).toString('utf8');
+    const result = await this.asDesktopUser(id, ['sh', '-c', 'printf %s "$1" | xclip -i -selection clipboard >/dev/null 2>&1', 'kiste-clipboard', clipped]);
+    if (result.exit_code !== 0) throw new Error(`the guest could not take the clipboard (exit ${result.exit_code})`);
+  }
+
+  /** A short command as the desktop user on its X display (the display must be there). */
+  private async asDesktopUser(id: string, argv: string[], limits: { timeoutMs?: number; outputLimitBytes?: number } = {}) {
+    if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
+    const timeoutMs = limits.timeoutMs ?? 10_000;
+    const outputLimitBytes = limits.outputLimitBytes;
+    return this.host.agent(id).run(
+      { argv: ['runuser', '-u', GUEST.user, '--', ...argv], env: GUEST.env, timeout_ms: timeoutMs, ...(outputLimitBytes ? { output_limit_bytes: outputLimitBytes } : {}) },
+      { timeoutMs },
+    );
   }
 }

@@ -29,4 +29,11 @@ export interface MachineDisplay {
   connect(id: string): Promise<Duplex>;
   /** Sets the size of the guest's screen, clamped to DISPLAY_MIN..DISPLAY_MAX; resolves with the size set. */
   resize(id: string, size: DisplaySize): Promise<DisplaySize>;
+  /** The text on the guest desktop's clipboard (at most CLIPBOARD_MAX_BYTES; empty when there is none). */
+  readClipboard(id: string): Promise<string>;
+  /** Puts text on the guest desktop's clipboard (cut to CLIPBOARD_MAX_BYTES). */
+  writeClipboard(id: string, text: string): Promise<void>;
 }
+
+/** Largest clipboard text carried either way. */
+export const CLIPBOARD_MAX_BYTES = 64 * 1024;

@@ -159,6 +159,7 @@ export class Desktops {
         iceServers: this.iceServers(session),
         screen,
         resize: (size) => this.display.resize(instanceId, size),
+        clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
         onEnded: () => untrack(),
       });
       untrack = this.track(session, { close: (reason) => stream.close(reason) });

@@ -21,6 +21,8 @@ export interface StreamRequest {
   screen: Duplex;
   /** Sets the guest's screen size (the viewer's window). */
   resize(size: DisplaySize): Promise<DisplaySize>;
+  /** The guest desktop's clipboard. */
+  clipboard: { read(): Promise<string>; write(text: string): Promise<void> };
   /** The stream ended by itself (the viewer left, the machine stopped, it never connected). */
   onEnded(reason: string): void;
 }

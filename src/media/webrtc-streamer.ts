@@ -14,7 +14,9 @@ const CONNECT_WITHIN_MS = 20_000;
 const GATHER_WITHIN_MS = 3_000;
 /** Picture loss reports restart the encoder (a keyframe) at most this often. */
 const KEYFRAME_EVERY_MS = 1_000;
-const MAX_MESSAGE_BYTES = 64 * 1024;
+const MAX_MESSAGE_BYTES = 96 * 1024;
+/** While the viewer has focus, the guest's clipboard is looked at this often (a short xclip in the guest). */
+const CLIPBOARD_POLL_MS = 2_000;
 
 export class WebRtcDesktopStreamer implements DesktopStreamer {
   constructor(private readonly settings: DesktopStreamSettings = DEFAULT_STREAM_SETTINGS) {}
@@ -47,6 +49,9 @@ class ScreenStream {
   private closed = false;
   private buttons = 0;
   private control: RTCDataChannel | null = null;
+  private clipboardTimer: NodeJS.Timeout | null = null;
+  /** The clipboard text both sides agree on: only changes travel. */
+  private clipboardText: string | null = null;
 
   constructor(
     private readonly pc: RTCPeerConnection,
@@ -89,6 +94,7 @@ class ScreenStream {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
+    this.watchClipboard(false);
     this.encoder?.close();
     this.rfb.close();
     void this.pc.close().catch(() => undefined);
@@ -155,6 +161,31 @@ class ScreenStream {
     }
   }
 
+  /** While the viewer has focus: the guest's clipboard, when it changed, goes to the viewer. */
+  private watchClipboard(on: boolean): void {
+    if (this.clipboardTimer) clearInterval(this.clipboardTimer);
+    this.clipboardTimer = null;
+    if (!on || this.closed) return;
+    let reading = false;
+    const look = async () => {
+      if (reading) return;
+      reading = true;
+      try {
+        const text = await this.request.clipboard.read();
+        if (text && text !== this.clipboardText && this.control?.readyState === 'open') {
+          this.clipboardText = text;
+          this.control.send(JSON.stringify({ type: 'clipboard', text }));
+        }
+      } catch {
+        // the guest is busy or its desktop restarts: the next look may succeed
+      } finally {
+        reading = false;
+      }
+    };
+    void look();
+    this.clipboardTimer = setInterval(() => void look(), CLIPBOARD_POLL_MS);
+  }
+
   private attach(channel: RTCDataChannel): void {
     if (channel.label === 'control') this.control = channel;
     channel.onMessage.subscribe((data) => {
@@ -198,6 +229,16 @@ class ScreenStream {
         if (scancode !== null) this.rfb.scancode(0, scancode, message.down === true);
         return;
       }
+      case 'clipboard': {
+        // Text the viewer copied: to the guest's clipboard (unless it is what the guest has already).
+        if (typeof message.text !== 'string' || message.text === this.clipboardText) return;
+        this.clipboardText = message.text;
+        void this.request.clipboard.write(message.text).catch(() => undefined);
+        return;
+      }
+      case 'clipboard-watch':
+        this.watchClipboard(message.on === true);
+        return;
       case 'resize': {
         const width = number(message.width);
         const height = number(message.height);

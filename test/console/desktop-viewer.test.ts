@@ -134,6 +134,28 @@ describe('desktop viewer with a real guest', () => {
     await screenshot(viewer, 'desktop-viewer-typed');
   }, 120_000);
 
+  test('the clipboard goes both ways while the viewer has focus', async () => {
+    await viewer.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: rig.url });
+    const x = 'DISPLAY=:0 XAUTHORITY=/home/kiste/.Xauthority';
+    await guestRun(rig.t, instanceId, `runuser -u kiste -- sh -c 'printf from-the-guest | ${x} xclip -i -selection clipboard >/dev/null 2>&1'`);
+    await viewer.evaluate("window.dispatchEvent(new Event('focus'))");
+    let local = '';
+    for (let i = 0; i < 40 && local !== 'from-the-guest'; i++) {
+      await viewer.waitForTimeout(500);
+      local = (await viewer.evaluate('navigator.clipboard.readText()')) as string;
+    }
+    expect(local).toBe('from-the-guest');
+
+    await viewer.evaluate("navigator.clipboard.writeText('from-the-browser')");
+    await viewer.evaluate("window.dispatchEvent(new Event('focus'))");
+    let remote = '';
+    for (let i = 0; i < 40 && remote !== 'from-the-browser'; i++) {
+      await viewer.waitForTimeout(500);
+      remote = (await guestRun(rig.t, instanceId, `runuser -u kiste -- sh -c '${x} timeout 5 xclip -o -selection clipboard'`)).stdout;
+    }
+    expect(remote).toBe('from-the-browser');
+  }, 60_000);
+
   test('the recovery console shows the same screen (noVNC on QEMU\'s view of the display), and back to WebRTC', async () => {
     await viewer.getByRole('button', { name: 'Recovery console' }).click();
     await connected(viewer, 60_000, 'recovery console');
@@ -165,6 +187,11 @@ describe('desktop viewer with a real guest', () => {
     await signIn(fresh.page, account);
     await fresh.page.waitForURL(/\/desktop#kiste_dsk_/);
     await connected(fresh.page, 60_000);
+
+    // Signing out everywhere closes open desktops: both viewers of this account leave for the sign-in page.
+    await rig.t.api.post('/v1/sessions/revoke-all').set(bearer(key)).expect(200);
+    await fresh.page.waitForURL(/\/console\/login/, { timeout: 60_000 });
+    await viewer.waitForURL(/\/console\/login/, { timeout: 60_000 });
 
     const other = await createAccount(rig.t);
     const stranger = await rig.open('/console/login');

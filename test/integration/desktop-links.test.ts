@@ -18,6 +18,8 @@ describe('desktop links and sessions', () => {
       throw new Error('no screen in this test');
     },
     resize: async (_id, size) => size,
+    readClipboard: async () => '',
+    writeClipboard: async () => undefined,
   };
 
   beforeAll(async () => {

@@ -1,7 +1,9 @@
 // The desktop over WebRTC: a video of the machine's screen (VP8 from the host's encoder) and the
 // viewer's input on two data channels: `input` (pointer moves; unordered, never retransmitted: a
 // late move is worth nothing) and `control` (buttons, wheel, keys by physical code, the window's
-// size; reliable). One request carries the offer with its candidates and brings back the answer.
+// size, the clipboard; reliable). One request carries the offer with its candidates and brings back
+// the answer. The clipboard follows focus: while this tab has it, text copied here goes to the machine
+// and text copied there comes here.
 import { api, ok } from '../api';
 import type { DesktopSession } from './desktop-session';
 
@@ -60,8 +62,37 @@ export async function openWebRtcView(target: HTMLElement, session: DesktopSessio
     everConnected = true;
     clearTimeout(giveUp);
     sendSize();
+    if (document.hasFocus()) onFocus();
     events.connected();
   });
+
+  // --- clipboard --------------------------------------------------------------------------------
+  let clipboardText: string | null = null;
+  control.addEventListener('message', (event: MessageEvent) => {
+    let message: { type?: string; text?: unknown };
+    try {
+      message = JSON.parse(String(event.data));
+    } catch {
+      return;
+    }
+    if (message.type === 'clipboard' && typeof message.text === 'string') {
+      clipboardText = message.text;
+      void navigator.clipboard?.writeText(message.text).catch(() => undefined);
+    }
+  });
+  const onFocus = () => {
+    send(control, { type: 'clipboard-watch', on: true });
+    void navigator.clipboard?.readText().then(
+      (text) => {
+        if (text && text !== clipboardText) {
+          clipboardText = text;
+          send(control, { type: 'clipboard', text });
+        }
+      },
+      () => undefined, // not allowed to read it: the machine keeps its own clipboard
+    );
+  };
+  const onBlur = () => send(control, { type: 'clipboard-watch', on: false });
 
   // --- input ------------------------------------------------------------------------------------
   /** The guest pixel under a point of the video (the picture is letterboxed inside the element when fitted). */
@@ -108,7 +139,11 @@ export async function openWebRtcView(target: HTMLElement, session: DesktopSessio
   video.addEventListener('keyup', onKey);
   video.addEventListener('contextmenu', noMenu);
   window.addEventListener('resize', onWindowResize);
+  window.addEventListener('focus', onFocus);
+  window.addEventListener('blur', onBlur);
   const cleanup = () => {
+    window.removeEventListener('focus', onFocus);
+    window.removeEventListener('blur', onBlur);
     clearTimeout(giveUp);
     window.clearTimeout(resizeTimer);
     window.removeEventListener('resize', onWindowResize);
