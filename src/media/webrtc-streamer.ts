@@ -43,7 +43,9 @@ class ScreenStream {
   private readonly track = new MediaStreamTrack({ kind: 'video' });
   private encoder: VideoEncoder | null = null;
   private starting = false;
-  private dirty = true;
+  private dirty = false;
+  /** Whether the screen's pixels have arrived yet (the framebuffer starts out black). */
+  private haveScreen = false;
   private timer: NodeJS.Timeout | null = null;
   private lastKeyframe = 0;
   private closed = false;
@@ -61,6 +63,7 @@ class ScreenStream {
   ) {
     rfb.onUpdate((update) => {
       if (update.resized) void this.restartEncoder();
+      if (update.pixels) this.haveScreen = true;
       if (update.pixels || update.resized) this.dirty = true;
     });
     request.screen.once('close', () => this.close('the machine\'s screen went away (it stopped?)'));
@@ -122,7 +125,7 @@ class ScreenStream {
   }
 
   private tick(): void {
-    if (!this.dirty || !this.encoder || this.rfb.isClosed) return;
+    if (!this.dirty || !this.haveScreen || !this.encoder || this.rfb.isClosed) return;
     // A copy: the screen keeps changing while the encoder reads this frame.
     if (this.encoder.write(Buffer.from(this.rfb.framebuffer))) {
       this.dirty = false;

@@ -9,7 +9,7 @@
 import type { Page } from 'playwright-core';
 import type { Account } from '../../src/store/prisma';
 import { SshKeyFactory } from '../fixtures/account-access';
-import { screenshot } from '../support/browser';
+import { screenshot, watchedPage } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';
 import { guestRun } from '../support/guest';
 import { apiKeyFor, bearer, createAccount } from '../support/harness';
@@ -167,6 +167,33 @@ describe('desktop viewer with a real guest', () => {
     await connected(viewer, 60_000);
   }, 150_000);
 
+  test('when WebRTC cannot connect the viewer falls back to the recovery console by itself', async () => {
+    // A network where only a relay would get through and none is configured: the browser may use
+    // relay candidates only (as with UDP blocked), so ICE finds no path.
+    const { page, context, problems: seen } = await watchedPage(rig.browser);
+    await context.addInitScript(`(() => {
+      const Original = window.RTCPeerConnection;
+      const Relayed = function (config) { return new Original({ ...(config || {}), iceTransportPolicy: 'relay' }); };
+      Relayed.prototype = Original.prototype;
+      window.RTCPeerConnection = Relayed;
+    })()`);
+    try {
+      await page.goto(`${rig.url}/console/login`);
+      await signIn(page, account);
+      await page.waitForURL(`${rig.url}/`);
+      const link = (await rig.t.api.post(`/v1/instances/${NAME}/desktop-link`).set(bearer(key)).expect(200)).body.url as string;
+      await page.goto(link);
+      await connected(page, 60_000, 'recovery console');
+      await page.getByText('The video stream could not connect from this network').waitFor();
+      for (let i = 0; i < 30 && (await distinctPixels(page)) < 1000; i++) await page.waitForTimeout(500);
+      expect(await distinctPixels(page)).toBeGreaterThan(1000);
+      await screenshot(page, 'desktop-viewer-fallback');
+      expect(seen).toEqual([]);
+    } finally {
+      await context.close();
+    }
+  }, 120_000);
+
   test('after a stop with memory and a resume the same tab reconnects by itself', async () => {
     await rig.t.api.post(`/v1/instances/${NAME}/stop`).set(bearer(key)).send({ snapshot: true });
     await viewer.getByRole('status').getByText(/reconnecting|Waiting/).waitFor({ timeout: 60_000 });
@@ -174,6 +201,7 @@ describe('desktop viewer with a real guest', () => {
     await connected(viewer, 180_000);
     // The resumed session is the same X session: the file typed before is still there, the pointer where it was.
     expect((await guestRun(rig.t, instanceId, 'cat /tmp/from-viewer')).stdout).toBe('typed-in-the-viewer\n');
+    for (let i = 0; i < 30 && (await distinctPixels(viewer)) < 1000; i++) await viewer.waitForTimeout(500);
     expect(await distinctPixels(viewer)).toBeGreaterThan(1000);
   }, 300_000);
 
