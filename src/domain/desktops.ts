@@ -28,7 +28,12 @@ export const RECOVERY_TOKEN_MS = 60_000;
 /** Something streaming for a session (a recovery console, a WebRTC peer): closed when the session ends. */
 export interface DesktopStream {
   close(reason: string): void;
+  /** A video stream (each has an encoder of its own); recovery consoles only relay bytes. */
+  video?: boolean;
 }
+
+/** Video streams an account may have open at once (each runs an encoder on the host). */
+export const VIDEO_STREAMS_PER_ACCOUNT = 8;
 
 export interface OpenedDesktopSession {
   session: DesktopSession;
@@ -146,6 +151,11 @@ export class Desktops {
   async offer(accountId: string, sessionId: string, offerSdp: string): Promise<string> {
     const session = await this.session(accountId, sessionId);
     const instanceId = await this.streamableInstance(session.instanceId);
+    // A viewer that offers again (a reconnect) replaces its stream.
+    this.closeStreams(session.id, 'replaced by a new stream', (stream) => stream.video === true);
+    if (this.videoStreams(accountId) >= VIDEO_STREAMS_PER_ACCOUNT) {
+      throw new KisteError('D07', { message: `The account already has ${VIDEO_STREAMS_PER_ACCOUNT} desktop streams open` });
+    }
     let screen: Duplex;
     try {
       screen = await this.display.connect(instanceId);
@@ -162,7 +172,7 @@ export class Desktops {
         clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
         onEnded: () => untrack(),
       });
-      untrack = this.track(session, { close: (reason) => stream.close(reason) });
+      untrack = this.track(session, { close: (reason) => stream.close(reason), video: true });
       return stream.answerSdp;
     } catch (error) {
       screen.destroy();
@@ -219,10 +229,20 @@ export class Desktops {
     for (const sessionId of [...this.streams.keys()]) this.closeStreams(sessionId, 'the service is stopping');
   }
 
-  private closeStreams(sessionId: string, reason: string): void {
+  /** Closes the session's streams (those `which` picks; all by default). */
+  private closeStreams(sessionId: string, reason: string, which: (stream: DesktopStream) => boolean = () => true): void {
     const entry = this.streams.get(sessionId);
-    this.streams.delete(sessionId);
-    for (const stream of [...(entry?.open ?? [])]) stream.close(reason);
+    for (const stream of [...(entry?.open ?? [])].filter(which)) {
+      entry!.open.delete(stream);
+      stream.close(reason);
+    }
+    if (entry && entry.open.size === 0 && this.streams.get(sessionId) === entry) this.streams.delete(sessionId);
+  }
+
+  private videoStreams(accountId: string): number {
+    let count = 0;
+    for (const entry of this.streams.values()) if (entry.accountId === accountId) for (const stream of entry.open) if (stream.video) count++;
+    return count;
   }
 
   private withRecoveryGrant(session: DesktopSession): OpenedDesktopSession {

@@ -15,6 +15,8 @@ const GATHER_WITHIN_MS = 3_000;
 /** Picture loss reports restart the encoder (a keyframe) at most this often. */
 const KEYFRAME_EVERY_MS = 1_000;
 const MAX_MESSAGE_BYTES = 96 * 1024;
+/** The viewer says it is there every few seconds; a stream that hears nothing this long ends (a vanished tab). */
+const SILENCE_MS = 30_000;
 /** While the viewer has focus, the guest's clipboard is looked at this often (a short xclip in the guest). */
 const CLIPBOARD_POLL_MS = 2_000;
 
@@ -52,6 +54,7 @@ class ScreenStream {
   private buttons = 0;
   private control: RTCDataChannel | null = null;
   private clipboardTimer: NodeJS.Timeout | null = null;
+  private lastHeard = Date.now();
   /** The clipboard text both sides agree on: only changes travel. */
   private clipboardText: string | null = null;
 
@@ -122,9 +125,11 @@ class ScreenStream {
     void this.restartEncoder();
     this.rfb.requestUpdate(false);
     this.timer = setInterval(() => this.tick(), Math.round(1000 / this.settings.fps));
+    this.lastHeard = Date.now();
   }
 
   private tick(): void {
+    if (Date.now() - this.lastHeard > SILENCE_MS) return this.close('the viewer went silent');
     if (!this.dirty || !this.haveScreen || !this.encoder || this.rfb.isClosed) return;
     // A copy: the screen keeps changing while the encoder reads this frame.
     if (this.encoder.write(Buffer.from(this.rfb.framebuffer))) {
@@ -192,6 +197,7 @@ class ScreenStream {
   private attach(channel: RTCDataChannel): void {
     if (channel.label === 'control') this.control = channel;
     channel.onMessage.subscribe((data) => {
+      this.lastHeard = Date.now();
       const text = typeof data === 'string' ? data : data.toString('utf8');
       if (text.length > MAX_MESSAGE_BYTES) return;
       let message: Record<string, unknown>;

@@ -23,6 +23,8 @@ export interface ScreenEvents {
 const CONNECT_WITHIN_MS = 8_000;
 const GATHER_WITHIN_MS = 2_000;
 const RESIZE_SETTLE_MS = 400;
+/** The stream ends when it hears nothing from the viewer for 30 s: a ping keeps it while this tab lives. */
+const PING_EVERY_MS = 5_000;
 
 export async function openWebRtcView(target: HTMLElement, session: DesktopSession, fit: boolean, events: ScreenEvents): Promise<ScreenView> {
   const pc = new RTCPeerConnection({ iceServers: session.ice_servers.map((server) => ({ ...server })) });
@@ -139,9 +141,11 @@ export async function openWebRtcView(target: HTMLElement, session: DesktopSessio
   video.addEventListener('keyup', onKey);
   video.addEventListener('contextmenu', noMenu);
   window.addEventListener('resize', onWindowResize);
+  const ping = window.setInterval(() => send(control, { type: 'ping' }), PING_EVERY_MS);
   window.addEventListener('focus', onFocus);
   window.addEventListener('blur', onBlur);
   const cleanup = () => {
+    window.clearInterval(ping);
     window.removeEventListener('focus', onFocus);
     window.removeEventListener('blur', onBlur);
     clearTimeout(giveUp);
