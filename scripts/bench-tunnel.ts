@@ -18,19 +18,12 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pino from 'pino';
-import { buildAgent } from '../agent/build';
-import { buildImage } from '../images';
-import { listQemuProcesses, probeAccelerator } from '../src/compute/qemu';
+import { listQemuProcesses } from '../src/compute/qemu';
 import { pollUntil } from '../src/compute/qemu/wait';
-import { loadConfig } from '../src/config';
-import { openDatabase, type Database } from '../src/db/database';
-import { createApp } from '../src/http/app';
-import { serveWebSockets } from '../src/http/websocket';
+import type { Database } from '../src/db/database';
 import { sshHostKeyOf } from '../src/domain/ssh-host-key';
-import { createServices, type Services } from '../src/services';
-import { TEST_IMAGE_DIR } from '../test/support/images';
-import { close, listen, log } from './bench/support';
+import type { Services } from '../src/services';
+import { close, listen, log, startBenchService } from './bench/support';
 
 const MIB = 1024 * 1024;
 const SIZE_MIB = Number(process.env.BENCH_TUNNEL_MIB ?? 32);
@@ -65,28 +58,13 @@ async function main(): Promise<void> {
   let server: Server | undefined;
   let failed = false;
   try {
-    log(`image: building or refreshing the minimal image in ${TEST_IMAGE_DIR}`);
-    await buildImage({ profile: 'minimal', outDir: TEST_IMAGE_DIR, agentBundle: (await buildAgent()).outfile });
     // Listening first: the installer names the address it was served from (KISTE_BASE_URL).
     server = createServer();
     const base = await listen(server);
-    const config = loadConfig({
-      KISTE_BASE_URL: base,
-      KISTE_DATA_DIR: join(workDir, 'data'),
-      KISTE_IMAGE_DIR: TEST_IMAGE_DIR,
-      KISTE_IMAGE_PROFILE: 'minimal',
-      KISTE_REQUESTS_PER_MINUTE: '1000000000',
-    });
-    const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
-    log(`accelerator ${choice.accelerator} (${choice.reason})`);
-    database = await openDatabase({ url: undefined, dataDir: config.dataDir });
-    services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)) });
-    if (!(await services.machineHost.refreshImage('minimal'))) throw new Error('the service does not see the minimal image');
+    const started = await startBenchService({ profile: 'minimal', workDir, server, base });
+    ({ services, database } = started);
     const account = await services.accounts.create('bench-tunnel@example.com', 'benchmark password', 'Bench');
     const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
-    const app = await createApp(services, pino({ level: 'silent' }));
-    server.on('request', app);
-    serveWebSockets(server, app);
     const kisteCli = await installCli(base, workDir);
 
     const identity = join(workDir, 'id_ed25519');
@@ -152,7 +130,7 @@ async function main(): Promise<void> {
     }
     const ratio = median(tunnel) / median(direct);
     console.log('');
-    console.log(`SSH tunnel, ${SIZE_MIB} MiB download, medians of ${RUNS} (accelerator ${choice.accelerator})`);
+    console.log(`SSH tunnel, ${SIZE_MIB} MiB download, medians of ${RUNS} (accelerator ${started.accelerator})`);
     console.log(`  direct TCP stream through the agent   ${median(direct).toFixed(1)} MiB/s   (runs: ${direct.map((v) => v.toFixed(1)).join(' ')})`);
     console.log(`  scp through the WebSocket tunnel      ${median(tunnel).toFixed(1)} MiB/s   (runs: ${tunnel.map((v) => v.toFixed(1)).join(' ')})`);
     console.log(`  ssh … true through the tunnel         ${median(setup).toFixed(2)} s    (connection setup that every scp pays)`);

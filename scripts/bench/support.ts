@@ -1,6 +1,18 @@
 // What every benchmark script needs: progress lines on stderr and an HTTP server on a free
 // loopback port that closes with its connections.
 import type { Server } from 'node:http';
+import { join } from 'node:path';
+import pino from 'pino';
+import { buildAgent } from '../../agent/build';
+import { buildImage } from '../../images';
+import type { ImageProfile } from '../../src/compute/machine-host';
+import { probeAccelerator } from '../../src/compute/qemu';
+import { loadConfig } from '../../src/config';
+import { openDatabase, type Database } from '../../src/db/database';
+import { createApp } from '../../src/http/app';
+import { serveWebSockets } from '../../src/http/websocket';
+import { createServices, type Services } from '../../src/services';
+import { TEST_IMAGE_DIR } from '../../test/support/images';
 
 export function log(message: string): void {
   process.stderr.write(`bench: ${message}\n`);
@@ -23,4 +35,30 @@ export function close(server: Server): Promise<void> {
     server.close(() => resolve());
     server.closeAllConnections();
   });
+}
+
+/**
+ * kiste in this process for a benchmark: the image of `profile` built or refreshed in the test image
+ * folder, SQLite in workDir, the accelerator probed, the app and its WebSockets on `server` (already
+ * listening at `base`, which becomes the base URL).
+ */
+export async function startBenchService(options: { profile: ImageProfile; workDir: string; server: Server; base: string }): Promise<{ services: Services; database: Database; accelerator: string }> {
+  log(`image: building or refreshing the ${options.profile} image in ${TEST_IMAGE_DIR}`);
+  await buildImage({ profile: options.profile, outDir: TEST_IMAGE_DIR, agentBundle: (await buildAgent()).outfile });
+  const config = loadConfig({
+    KISTE_BASE_URL: options.base,
+    KISTE_DATA_DIR: join(options.workDir, 'data'),
+    KISTE_IMAGE_DIR: TEST_IMAGE_DIR,
+    KISTE_IMAGE_PROFILE: options.profile,
+    KISTE_REQUESTS_PER_MINUTE: '1000000000',
+  });
+  const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
+  log(`accelerator ${choice.accelerator} (${choice.reason})`);
+  const database = await openDatabase({ url: undefined, dataDir: config.dataDir });
+  const services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)) });
+  if (!(await services.machineHost.refreshImage(options.profile))) throw new Error(`the service does not see the ${options.profile} image`);
+  const app = await createApp(services, pino({ level: 'silent' }));
+  options.server.on('request', app);
+  serveWebSockets(options.server, app);
+  return { services, database, accelerator: choice.accelerator };
 }

@@ -42,7 +42,7 @@ export async function startVp8Encoder(options: VideoEncoderOptions): Promise<Vid
     // each frame's time is when it arrived: frames come only when the screen changed
     '-use_wallclock_as_timestamps', '1', '-i', 'pipe:0',
     '-an', '-fps_mode', 'passthrough',
-    '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '8', '-threads', '2',
+    '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '16', '-threads', '2',
     '-b:v', `${options.kbps}k`, '-maxrate', `${Math.round(options.kbps * 1.5)}k`, '-bufsize', `${options.kbps}k`,
     '-lag-in-frames', '0', '-auto-alt-ref', '0', '-error-resilient', '1', '-g', '600',
     '-f', 'rtp', '-payload_type', '96', `rtp://127.0.0.1:${port}?pkt_size=${RTP_PACKET_BYTES}`,

@@ -55,6 +55,11 @@ class ScreenStream {
   private control: RTCDataChannel | null = null;
   private clipboardTimer: NodeJS.Timeout | null = null;
   private lastHeard = Date.now();
+  private lastFrameAt = 0;
+  private readonly startedAt = Date.now();
+  private rtpSource: VideoEncoder | null = null;
+  private timestampShift = 0;
+  private sequence = Math.floor(Math.random() * 0x10000);
   /** The clipboard text both sides agree on: only changes travel. */
   private clipboardText: string | null = null;
 
@@ -67,7 +72,11 @@ class ScreenStream {
     rfb.onUpdate((update) => {
       if (update.resized) void this.restartEncoder();
       if (update.pixels) this.haveScreen = true;
-      if (update.pixels || update.resized) this.dirty = true;
+      if (update.pixels || update.resized) {
+        this.dirty = true;
+        // A change after a quiet spell goes out at once; during motion the frame rate caps it.
+        if (Date.now() - this.lastFrameAt >= this.frameIntervalMs) this.tick();
+      }
     });
     request.screen.once('close', () => this.close('the machine\'s screen went away (it stopped?)'));
     pc.onDataChannel.subscribe((channel) => this.attach(channel));
@@ -119,21 +128,28 @@ class ScreenStream {
     });
   }
 
+  private get frameIntervalMs(): number {
+    return Math.round(1000 / this.settings.fps);
+  }
+
   /** Connected: frames flow (a full screen first, then only changes, at most fps a second). */
   private begin(): void {
     if (this.timer || this.closed) return;
     void this.restartEncoder();
     this.rfb.requestUpdate(false);
-    this.timer = setInterval(() => this.tick(), Math.round(1000 / this.settings.fps));
+    this.timer = setInterval(() => this.tick(), this.frameIntervalMs);
     this.lastHeard = Date.now();
   }
 
   private tick(): void {
     if (Date.now() - this.lastHeard > SILENCE_MS) return this.close('the viewer went silent');
     if (!this.dirty || !this.haveScreen || !this.encoder || this.rfb.isClosed) return;
+    // The screen changed size while an encoder started: it needs one of the new size.
+    if (this.encoder.width !== this.rfb.width || this.encoder.height !== this.rfb.height) return void this.restartEncoder();
     // A copy: the screen keeps changing while the encoder reads this frame.
     if (this.encoder.write(Buffer.from(this.rfb.framebuffer))) {
       this.dirty = false;
+      this.lastFrameAt = Date.now();
       this.rfb.requestUpdate(true);
     }
   }
@@ -151,11 +167,11 @@ class ScreenStream {
     try {
       this.encoder?.close();
       this.encoder = null;
-      const encoder = await startVp8Encoder({
+      const encoder: VideoEncoder = await startVp8Encoder({
         width: this.rfb.width,
         height: this.rfb.height,
         kbps: this.settings.kbps,
-        onRtp: (packet) => this.track.writeRtp(packet),
+        onRtp: (packet) => this.forward(packet, encoder),
         onError: (message) => {
           if (this.encoder === encoder) this.close(message);
         },
@@ -194,8 +210,33 @@ class ScreenStream {
     this.clipboardTimer = setInterval(() => void look(), CLIPBOARD_POLL_MS);
   }
 
+  /**
+   * One RTP packet of the encoder to the viewer. Each encoder starts its own sequence numbers and
+   * timestamps at random; the viewer must see one continuous stream, so sequence numbers are ours
+   * and each encoder's timestamps are shifted to continue from the wall clock (90 kHz).
+   */
+  private forward(packet: Buffer, from: VideoEncoder): void {
+    if (packet.length < 12 || from !== this.encoder) return;
+    const timestamp = packet.readUInt32BE(4);
+    if (this.rtpSource !== from) {
+      this.rtpSource = from;
+      const now = Math.round((Date.now() - this.startedAt) * 90);
+      this.timestampShift = (now - timestamp) >>> 0;
+    }
+    packet.writeUInt16BE(this.sequence, 2);
+    this.sequence = (this.sequence + 1) & 0xffff;
+    packet.writeUInt32BE((timestamp + this.timestampShift) >>> 0, 4);
+    this.track.writeRtp(packet);
+  }
+
   private attach(channel: RTCDataChannel): void {
-    if (channel.label === 'control') this.control = channel;
+    if (channel.label === 'control') {
+      this.control = channel;
+      // The viewer closed its connection (a reload, a switch to the recovery console, the tab closed).
+      channel.stateChanged.subscribe((state) => {
+        if (state === 'closed' || state === 'closing') this.close('the viewer left');
+      });
+    }
     channel.onMessage.subscribe((data) => {
       this.lastHeard = Date.now();
       const text = typeof data === 'string' ? data : data.toString('utf8');

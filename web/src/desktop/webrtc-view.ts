@@ -34,6 +34,8 @@ export async function openWebRtcView(target: HTMLElement, session: DesktopSessio
   // VP8 only: the host encodes nothing else, and a short offer stays within the request's size limit.
   const vp8 = (RTCRtpReceiver.getCapabilities('video')?.codecs ?? []).filter((codec) => /^video\/(VP8|rtx)$/i.test(codec.mimeType));
   if (vp8.length) transceiver.setCodecPreferences(vp8);
+  // Show each frame as soon as it is decoded: a desktop is interactive, smoothness matters less than delay.
+  if ('jitterBufferTarget' in transceiver.receiver) (transceiver.receiver as RTCRtpReceiver & { jitterBufferTarget: number }).jitterBufferTarget = 0;
 
   const video = document.createElement('video');
   video.autoplay = true;
