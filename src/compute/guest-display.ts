@@ -119,6 +119,7 @@ export class QemuMachineDisplay implements MachineDisplay {
   }
 
   async resize(id: string, size: DisplaySize): Promise<DisplaySize> {
+    if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
     if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
     const wanted = clampDisplaySize(size);
     const result = await this.asDesktopUser(id, ['sh', '-c', RESIZE_SCRIPT, 'kiste-resize', String(wanted.width), String(wanted.height)], {
