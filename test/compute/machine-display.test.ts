@@ -205,4 +205,24 @@ describe('the screen of a desktop-lite machine', () => {
     expect((await guest('timeout 10 xclip -o -selection clipboard')).stdout).toBe('clip-1'); // the X session's state
     console.log(`desktop-lite resume ${(resumeMs / 1000).toFixed(1)} s, display ready ${(readyMs / 1000).toFixed(1)} s after the resume started`);
   });
+
+  it('a fork has a screen of its own: it boots fresh to its own desktop while the source keeps its', async () => {
+    rfb?.close();
+    rfb = undefined;
+    const fork = 'screen-fork';
+    await host.forkDisk(id, fork);
+    expect(await host.imageDisplay(fork)).toEqual({ width: 1280, height: 720 });
+    await host.boot(fork, SHAPE, lite, { hostname: 'screen-fork', authorizedKeys: [] });
+    await pollUntil(async () => (await display.state(fork)) === 'ready', { timeoutMs: 300_000, intervalMs: 1000, what: "the fork's desktop" });
+    const forkScreen = await RfbClient.connect(await display.connect(fork));
+    try {
+      // a fresh boot: the size of the image, not the source's 1024x768
+      expect([forkScreen.width, forkScreen.height]).toEqual([1280, 720]);
+      await drawnFrame(forkScreen);
+    } finally {
+      forkScreen.close();
+    }
+    expect(await display.state(id)).toBe('ready');
+    await host.destroy(fork);
+  }, 400_000);
 });
