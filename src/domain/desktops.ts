@@ -149,6 +149,10 @@ export class Desktops {
    * viewer leaves, the machine stops or the session ends.
    */
   async offer(accountId: string, sessionId: string, offerSdp: string): Promise<string> {
+    // An offer that cannot carry the screen is refused before anything is connected.
+    if (!/^v=0\r?\n/.test(offerSdp) || !/\nm=video /.test(offerSdp)) {
+      throw new KisteError('P01', { message: 'sdp must be an SDP offer (v=0 …) with a video section to receive the screen on', param: 'sdp' });
+    }
     const session = await this.session(accountId, sessionId);
     const instanceId = await this.streamableInstance(session.instanceId);
     // A viewer that offers again (a reconnect) replaces its stream.

@@ -187,6 +187,19 @@ describe('desktop links and sessions', () => {
       server.close();
     }
 
+    // Offers: not an SDP offer with video → 400 P01 (nothing connected); the screen out of reach → 503 D03;
+    // another account's session → 404 D02.
+    const offerPath = `/v1/desktop/native/${id}/offer`;
+    for (const sdp of ['hello', 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n']) {
+      const refused = await t.api.post(offerPath).set(headers).send({ sdp }).expect(400);
+      expect(refused.body.error).toMatchObject({ code: 'P01', param: 'sdp' });
+    }
+    const videoOffer = 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n';
+    const unreachable = await t.api.post(offerPath).set(headers).send({ sdp: videoOffer }).expect(503);
+    expect(unreachable.body.error.code).toBe('D03');
+    const strangerOffer = await t.api.post(offerPath).set(await browser(await createAccount(t))).send({ sdp: videoOffer }).expect(404);
+    expect(strangerOffer.body.error.code).toBe('D02');
+
     // End: the session is gone (renew and a second end say so); the other viewer's stays.
     await t.api.delete(`/v1/desktop/native/session/${id}`).set(headers).expect(204);
     expect((await t.api.delete(`/v1/desktop/native/session/${id}`).set(headers).expect(404)).body.error.code).toBe('D02');
