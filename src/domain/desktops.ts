@@ -181,7 +181,8 @@ export class Desktops {
     } catch (error) {
       screen.destroy();
       if (error instanceof OfferRejectedError) throw new KisteError('P01', { message: error.message, param: 'sdp' });
-      throw error;
+      // The screen's RFB handshake or the encoder failed: the machine may be stopping or its display restarting.
+      throw new KisteError('D03', { message: `The desktop cannot stream now (${error instanceof Error ? error.message : String(error)})` });
     }
   }
 
