@@ -112,7 +112,7 @@ export class Desktops {
   /** Exchanges a live link for a desktop session of the caller's own (the link stays usable). */
   async openSession(accountId: string, credentialId: string, reference: string): Promise<OpenedDesktopSession> {
     const link = await this.liveLink(accountId, reference);
-    await this.existingInstanceId(link.instanceId);
+    await this.existingInstance(link.instanceId);
     const now = this.clock.now();
     const session = await this.store.createSession({
       id: newId(),
@@ -202,10 +202,11 @@ export class Desktops {
     if (!grant || grant.sessionId !== sessionId || grant.expiresAt <= this.clock.now().getTime()) throw new KisteError('D05');
     const session = await this.session(grant.accountId, sessionId);
     const instanceId = await this.runningInstanceId(session.instanceId);
-    if ((await this.display.state(instanceId)) === 'none') throw new KisteError('D06');
     try {
       return { session, rfb: await this.display.connect(instanceId) };
     } catch (error) {
+      // Only now ask why (the state costs a look into the guest, which a console that opens need not pay).
+      if ((await this.display.state(instanceId)) === 'none') throw new KisteError('D06');
       throw new KisteError('K03', { message: `The instance's screen cannot be reached now (${error instanceof Error ? error.message : String(error)})` });
     }
   }
@@ -214,12 +215,8 @@ export class Desktops {
   track(session: DesktopSession, stream: DesktopStream): () => void {
     let entry = this.streams.get(session.id);
     if (!entry) this.streams.set(session.id, (entry = { accountId: session.accountId, open: new Set() }));
-    const tracked = entry;
-    tracked.open.add(stream);
-    return () => {
-      tracked.open.delete(stream);
-      if (tracked.open.size === 0 && this.streams.get(session.id) === tracked) this.streams.delete(session.id);
-    };
+    entry.open.add(stream);
+    return () => this.forget(session.id, stream);
   }
 
   /** Signing out everywhere ends the account's desktop sessions and closes open desktops. */
@@ -236,12 +233,18 @@ export class Desktops {
 
   /** Closes the session's streams (those `which` picks; all by default). */
   private closeStreams(sessionId: string, reason: string, which: (stream: DesktopStream) => boolean = () => true): void {
-    const entry = this.streams.get(sessionId);
-    for (const stream of [...(entry?.open ?? [])].filter(which)) {
-      entry!.open.delete(stream);
+    for (const stream of [...(this.streams.get(sessionId)?.open ?? [])].filter(which)) {
+      this.forget(sessionId, stream);
       stream.close(reason);
     }
-    if (entry && entry.open.size === 0 && this.streams.get(sessionId) === entry) this.streams.delete(sessionId);
+  }
+
+  /** A stream of the session is no longer open (the session's entry goes with its last one). */
+  private forget(sessionId: string, stream: DesktopStream): void {
+    const entry = this.streams.get(sessionId);
+    if (!entry) return;
+    entry.open.delete(stream);
+    if (entry.open.size === 0) this.streams.delete(sessionId);
   }
 
   private videoStreams(accountId: string): number {
@@ -267,16 +270,15 @@ export class Desktops {
     return link;
   }
 
-  private async existingInstanceId(instanceId: string): Promise<string> {
+  private async existingInstance(instanceId: string) {
     const instance = await this.instanceStore.findById(instanceId);
     // Links go with their instance (cascade); one being deleted opens nothing either.
     if (!instance || instance.status === 'deleting') throw new KisteError('D01');
-    return instance.id;
+    return instance;
   }
 
   private async runningInstanceId(instanceId: string): Promise<string> {
-    const instance = await this.instanceStore.findById(instanceId);
-    if (!instance || instance.status === 'deleting') throw new KisteError('D01');
+    const instance = await this.existingInstance(instanceId);
     if (instance.status !== 'running') throw new KisteError('K03', { message: `Instance ${instance.name} is ${instance.status}, not running` });
     return instance.id;
   }
