@@ -1,6 +1,7 @@
 // kiste: the command-line client of a kiste service. Global options: --url, --token, --json.
 // Exit status: the command's own (exec, ssh), 0 on success, 1 on an error the service reported
-// (message, hint and request id on stderr), 255 when the SSH tunnel could not be opened.
+// (message, hint and request id on stderr), on an image whose build failed and on a machine whose
+// environment setup failed (`kiste setup`), 255 when the SSH tunnel could not be opened.
 import { Command } from 'commander';
 import { addDeviceKey, createApiKey, deleteDeviceKey, listApiKeys, listDeviceKeys, revokeApiKey, watchEvents } from './account';
 import { apiFor, CliError, ok, requireToken } from './api';
@@ -8,7 +9,9 @@ import { resolveContext, type CliContext } from './context';
 import { runExec } from './exec';
 import { FOLLOW_WINDOW_LINES, lastLines, newLogText } from './log-follow';
 import { runLogin, runLogout } from './login';
-import { createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
+import { CLEARABLE, createEnvironment, EnvironmentFlags, environmentVersions, instanceSetup, listEnvironments, showEnvironment, updateEnvironment } from './environments';
+import { createImage, deleteImage, imageLog, listComponents, listImages, resolveImage, runtimeImage, showImage } from './images';
+import { CREATE_DEFAULTS, createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
 import { runSsh, sshConfigBlock } from './ssh';
 import { runTunnel } from './tunnel';
 import { CLI_VERSION } from './version';
@@ -20,6 +23,10 @@ const program = new Command('kiste')
   .option('--token <token>', 'an API key or CLI sign-in token (default: KISTE_TOKEN, the config file)')
   .option('--json', 'machine-readable output')
   .showHelpAfterError();
+
+const COMPONENT_HELP = `
+Components are ID or ID@VERSION: a component of \`kiste images components\` (default: its catalogue version),
+or deb:PACKAGE for any Debian package (default: latest), built into a layer of the image.`;
 
 const context = (): CliContext => resolveContext(program.opts());
 
@@ -77,15 +84,29 @@ program
 program
   .command('create [name]')
   .description('create a machine and wait until it runs (SSH and commands accepted)')
-  .option('--vcpu <n>', 'virtual CPUs', toInt, 2)
-  .option('--memory <mib>', 'memory in MiB', toInt, 2048)
-  .option('--disk <mib>', 'disk in MiB', toInt, 16384)
+  .option('--vcpu <n>', `virtual CPUs (default: the --image's recommended, else ${CREATE_DEFAULTS.vcpu})`, toInt)
+  .option('--memory <mib>', `memory in MiB (default: the --image's recommended, else ${CREATE_DEFAULTS.memory})`, toInt)
+  .option('--disk <mib>', `disk in MiB (default: the --image's recommended, else ${CREATE_DEFAULTS.disk})`, toInt)
   .option('--ssh-key <file>', 'public key the machine trusts (default: ~/.ssh/id_ed25519.pub, id_ecdsa.pub or id_rsa.pub)')
   .option('--ttl <seconds>', 'stop and delete it after this long', toInt)
+  .option('--image <id>', 'a private image (ID, slug or name; see `kiste images`); default: the built-in image')
+  .option('--env <name>', 'apply this environment\'s current version (files before the machine is answered, clones and the setup script after: see `kiste setup NAME`)')
   .action(async (name: string | undefined, options: CreateOptions) => {
     const ctx = context();
     const instance = await createMachine(ctx, name, options);
     print(ctx, instance, describe(instance));
+    if (options.env && !ctx.json) process.stderr.write(`The environment's repositories and setup script go on in the background: \`kiste setup ${instance.name} --wait\` follows them.\n`);
+  });
+
+program
+  .command('setup <name>')
+  .description('the environment setup of a machine: status, steps with durations, output (exit status 1 when it failed)')
+  .option('--wait', 'wait while it is pending or running')
+  .action(async (name: string, options: { wait?: boolean }) => {
+    const ctx = context();
+    const setup = await instanceSetup(ctx, name, { wait: Boolean(options.wait) });
+    print(ctx, setup.json, setup.text);
+    if (setup.failed) process.exitCode = 1;
   });
 
 for (const action of ['stop', 'resume', 'restart', 'upgrade'] as const) {
@@ -123,10 +144,11 @@ program
 
 program
   .command('fork <name> <copy>')
-  .description('a copy-on-write copy of a machine, booted fresh')
-  .action(async (name: string, copy: string) => {
+  .description('a copy-on-write copy of a machine, booted fresh (with --memory: continuing its running processes)')
+  .option('--memory', "the copy continues the source's memory and processes (the source pauses briefly)")
+  .action(async (name: string, copy: string, options: { memory?: boolean }) => {
     const ctx = context();
-    const instance = await forkMachine(ctx, name, copy);
+    const instance = await forkMachine(ctx, name, copy, { memory: options.memory ?? false });
     print(ctx, instance, describe(instance));
   });
 
@@ -227,6 +249,55 @@ deviceKeys.command('delete <id>').description('stop trusting a key').action(asyn
   print(ctx, { deleted: true, id }, `deleted ${id}`);
 });
 
+const images = program.command('images').description('machine images: the built-in one and the account\'s private ones, made from components');
+images.command('list', { isDefault: true }).alias('ls').description('the built-in image and the account\'s private images, with their status (the default)')
+  .action(async () => show(await listImages(context())));
+images.command('components').description('the components an image can be made of (any Debian package besides: deb:PACKAGE)')
+  .action(async () => show(await listComponents(context())));
+images
+  .command('resolve [component...]')
+  .description('what an image of these components would hold (exact versions, added dependencies, recommended resources); saves nothing')
+  .option('--from <image>', 'build on this private image (ID, slug or name); default: the built-in image')
+  .option('--vcpu <n>', 'resources to ask for (the recommendation is at least the components\' minimum)', toInt)
+  .option('--memory <mib>', 'memory in MiB to ask for', toInt)
+  .option('--disk <mib>', 'disk in MiB to ask for', toInt)
+  .addHelpText('after', COMPONENT_HELP)
+  .action(async (specs: string[], options: { from?: string; vcpu?: number; memory?: number; disk?: number }) => show(await resolveImage(context(), specs, options)));
+images
+  .command('create <name> [component...]')
+  .description('save a private image; waits while a layer with its deb: packages is built, showing the build steps')
+  .option('--from <image>', 'build on this private image (ID, slug or name); default: the built-in image')
+  .option('--vcpu <n>', 'recommended vCPUs of its machines (those of --vcpu, --memory, --disk not given: the selection\'s recommendation)', toInt)
+  .option('--memory <mib>', 'recommended memory in MiB', toInt)
+  .option('--disk <mib>', 'recommended disk in MiB', toInt)
+  .option('--no-wait', 'answer at once, also while the image is still building (Ctrl-C while waiting only stops the waiting)')
+  .addHelpText('after', COMPONENT_HELP)
+  .action(async (name: string, specs: string[], options: { from?: string; vcpu?: number; memory?: number; disk?: number; wait: boolean }) =>
+    show(await createImage(context(), name, specs, options)));
+images.command('show <id>').description('one image (ID, slug or name), with its build').action(async (id: string) => show(await showImage(context(), id)));
+images
+  .command('log <id>')
+  .description('the build log of a private image (the last 256 KiB; empty when it needed no build)')
+  .option('-f, --follow', 'keep printing while the image is building')
+  .action(async (id: string, options: { follow?: boolean }) => {
+    await imageLog(context(), id, { follow: Boolean(options.follow) }, (text) => process.stdout.write(text));
+  });
+images.command('delete <id>').alias('rm').description('delete a private image (refused while a machine uses it)').action(async (id: string) => show(await deleteImage(context(), id)));
+images.command('runtime').description('the image version the service serves, with its release notes').action(async () => show(await runtimeImage(context())));
+
+const envs = program.command('envs').description('environments: repositories, variables, secret files and a setup script applied to new machines (`kiste create --env`)');
+envs.command('list', { isDefault: true }).alias('ls').description('the account\'s environments (the default)').action(async () => show(await listEnvironments(context())));
+envs.command('show <name>').description('an environment\'s current version (secret files by path only)').action(async (name: string) => show(await showEnvironment(context(), name)));
+envs
+  .command('versions <name>')
+  .description('an environment\'s versions, newest first')
+  .option('--limit <n>', 'how many (1 to 100)', toInt, 20)
+  .action(async (name: string, options: { limit: number }) => show(await environmentVersions(context(), name, options.limit)));
+environmentOptions(envs.command('create <name>').description('create an environment (its version 1)'), false)
+  .action(async (name: string) => show(await createEnvironment(context(), name, environmentFlags)));
+environmentOptions(envs.command('update <name>').description('publish a new version: a kind of flag given replaces that field whole; fields not given are kept'), true)
+  .action(async (name: string) => show(await updateEnvironment(context(), name, environmentFlags)));
+
 program
   .command('events')
   .description('the account\'s event stream, oldest first')
@@ -235,6 +306,30 @@ program
   .action(async (options: { after: number; follow?: boolean }) => {
     await watchEvents(context(), { after: options.after, follow: Boolean(options.follow) }, (line) => process.stdout.write(`${line}\n`));
   });
+
+/** The environment flags of this command line, in the order given (see EnvironmentFlags). */
+const environmentFlags = new EnvironmentFlags();
+
+function environmentOptions(command: Command, update: boolean): Command {
+  const collect = (apply: (value: string) => void) => (value: string) => apply(value);
+  command
+    .option('--repo <url[#ref]>', 'a git repository to clone (https://, http://, ssh://, git:// or user@host:path; #REF: a branch, tag or commit) (repeatable)', collect((v) => environmentFlags.repo(v)))
+    .option('--path <dir>', 'checkout directory of the --repo before it (absolute; default /root/<repository name>)', collect((v) => environmentFlags.path(v)))
+    .option('--credentials <guest-path>', 'clone credentials of the --repo before it: the guest path of a --secret-file (a git-credentials file for http(s), a private key for ssh)', collect((v) => environmentFlags.credentials(v)))
+    .option('--var <name=value>', 'an environment variable of the machine\'s commands (repeatable)', collect((v) => environmentFlags.variable(v)))
+    .option('--secret-file <guest-path=local-file>', 'a file written into the machine, read from a local file and kept encrypted; its content is never shown (repeatable)', collect((v) => environmentFlags.secretFile(v)))
+    .option('--setup-script <file>', 'a script run once in each new machine after the clones (- reads stdin)', collect((v) => environmentFlags.setupScriptFile(v)));
+  if (update) command.option('--clear <field>', `empty a field in the new version: ${CLEARABLE.join(', ')} (repeatable)`, collect((v) => environmentFlags.clearField(v)));
+  return command.addHelpText('after', `
+The flags are read in order: --path and --credentials apply to the --repo given last. ${update
+    ? 'A kind of flag given replaces that field whole (e.g. one --var drops the variables not repeated); a kind not given keeps the current version\'s value, so secret files need not be sent again.'
+    : 'A kind of flag not given leaves that field empty.'}
+
+Example:
+  kiste envs ${update ? 'update' : 'create'} web \\
+    --repo https://git.example.com/acme/web.git#main --path /srv/web --credentials /root/.git-credentials \\
+    --secret-file /root/.git-credentials=./git-credentials --var NODE_ENV=production --setup-script ./setup.sh`);
+}
 
 function show(result: { json: unknown; text: string }): void {
   print(context(), result.json, result.text);

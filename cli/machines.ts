@@ -1,7 +1,8 @@
 // Machine commands: list, get, create, stop, resume, restart, upgrade, rename, extend, fork, delete,
 // logs, metrics. A lifecycle call the service finishes in the background (202) is followed until the
 // machine settles, with a spinner on a terminal. Create waits while the service's machine image is
-// still being built (503 K06), showing the build step.
+// still being built (503 K06), showing the build step. With --image, the sizes not given are the
+// image's recommended ones (when it has some).
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -34,12 +35,17 @@ export async function getMachine(ctx: CliContext, name: string): Promise<{ json:
 }
 
 export interface CreateOptions {
-  vcpu: number;
-  memory: number;
-  disk: number;
+  /** Not given: the image's recommended resources (a private image made with some), else the defaults. */
+  vcpu?: number;
+  memory?: number;
+  disk?: number;
   sshKey?: string;
   ttl?: number;
+  image?: string;
+  env?: string;
 }
+
+export const CREATE_DEFAULTS = { vcpu: 2, memory: 2048, disk: 16384 };
 
 export async function createMachine(ctx: CliContext, name: string | undefined, options: CreateOptions): Promise<Instance> {
   requireToken(ctx);
@@ -47,9 +53,16 @@ export async function createMachine(ctx: CliContext, name: string | undefined, o
   if (!keyFile || !existsSync(keyFile)) {
     throw new CliError('no SSH public key to give the machine', { hint: 'Pass --ssh-key FILE (e.g. ~/.ssh/id_ed25519.pub), or make one with ssh-keygen.' });
   }
+  const recommended = options.image && (options.vcpu === undefined || options.memory === undefined || options.disk === undefined)
+    ? ok(await apiFor(ctx).GET('/v1/images/{id}', { params: { path: { id: options.image } } })).resources
+    : null;
   const body: CreateBody = {
-    profile: 'desktop', vcpu: options.vcpu, memory_mib: options.memory, disk_mib: options.disk,
+    profile: 'desktop',
+    vcpu: options.vcpu ?? (recommended?.vcpu || CREATE_DEFAULTS.vcpu),
+    memory_mib: options.memory ?? (recommended?.memory_mib || CREATE_DEFAULTS.memory),
+    disk_mib: options.disk ?? (recommended?.disk_mib || CREATE_DEFAULTS.disk),
     ssh_public_key: readFileSync(keyFile, 'utf8').trim(), ...(name ? { name } : {}), ...(options.ttl ? { ttl_seconds: options.ttl } : {}),
+    ...(options.image ? { image: options.image } : {}), ...(options.env ? { environment: options.env } : {}),
   };
   const booting = `creating ${name ?? 'a machine'}: booting until SSH and commands are accepted`;
   return withSpinner(booting, !ctx.json, (relabel) => createOnceImageReady(ctx, body, booting, relabel));
@@ -103,10 +116,10 @@ export async function extendMachine(ctx: CliContext, name: string, seconds: numb
   return ok(await apiFor(ctx).POST('/v1/instances/{name}/extend', { params: { path: { name } }, body: { ttl_seconds: seconds } })) as Instance;
 }
 
-export async function forkMachine(ctx: CliContext, name: string, copy: string): Promise<Instance> {
+export async function forkMachine(ctx: CliContext, name: string, copy: string, options: { memory: boolean }): Promise<Instance> {
   requireToken(ctx);
-  return withSpinner(`forking ${name} into ${copy}`, !ctx.json, async () =>
-    ok(await apiFor(ctx).POST('/v1/instances/{name}/fork', { params: { path: { name } }, body: { name: copy } })) as Instance,
+  return withSpinner(`forking ${name} into ${copy}${options.memory ? ' with its memory' : ''}`, !ctx.json, async () =>
+    ok(await apiFor(ctx).POST('/v1/instances/{name}/fork', { params: { path: { name } }, body: { name: copy, memory: options.memory } })) as Instance,
   );
 }
 
@@ -154,6 +167,7 @@ export function describe(i: Instance): string {
     ['name', i.name], ['status', i.status], ['id', i.id], ['vcpu', i.vcpu], ['memory', `${i.memory_mib} MiB`], ['disk', `${i.disk_mib} MiB`],
     ['image', `${i.image}${i.image_version ? ` (${i.image_version})` : ''}`], ['expires', i.expires_at ?? '-'], ['created', i.created_at],
   ];
+  if (i.setup_status !== 'none') fields.push(['setup', `${i.setup_status}${i.setup_error ? `: ${i.setup_error}` : ''}`]);
   return fields.map(([k, v]) => `${k.padEnd(8)}${String(v)}`).join('\n');
 }
 

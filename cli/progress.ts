@@ -25,3 +25,8 @@ export async function withSpinner<T>(label: string, enabled: boolean, work: (rel
     process.stderr.write('\r\x1b[2K');
   }
 }
+
+/** A line on stderr above the spinner (which redraws itself below it): a build step, a notice. */
+export function note(line: string): void {
+  process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[2K' : ''}${line}\n`);
+}

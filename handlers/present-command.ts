@@ -1,6 +1,6 @@
 // Command records → CommandResponse.
 import type { components } from '../src/generated/api';
-import type { Command } from '../src/domain/commands';
+import type { Command } from '../src/store/commands';
 import { iso } from './present';
 
 export function presentCommand(command: Command, instanceName: string): components['schemas']['CommandResponse'] {

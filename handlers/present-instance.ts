@@ -13,7 +13,7 @@ export function presentInstance(instance: Instance, latestImageVersion: string |
     name: instance.name,
     image: instance.image,
     artifact_key: instance.artifactKey,
-    components: [],
+    components: (instance.components as unknown as InstanceResponse['components'] | null) ?? [],
     profile: 'desktop',
     status: instance.status,
     desired_state: instance.desiredState,

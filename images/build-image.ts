@@ -10,6 +10,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, promises as fs } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { shellQuote } from '../src/shell-quote';
+import { releaseNotes } from './components';
 import { abortError, run } from './exec';
 import { acquireLock, type HeldLock, type LockOwner } from './lock';
 import { AGENT_GUEST_PATH, AGENT_PORT_NAME, IMAGE_INFO_GUEST_PATH } from './profiles/base';
@@ -100,6 +101,11 @@ export interface ImageManifest {
   kernel_cmdline: string;
   /** name=version of every installed Debian package, sorted */
   packages: string[];
+  /**
+   * name → Installed-Size (KiB, as the package declares it) of every installed Debian package.
+   * Absent in images built before the builder recorded it.
+   */
+  package_sizes_kib?: Record<string, number>;
   /** file name → bytes; disk_virtual and rootfs_used are the disk's virtual size and the files in it */
   sizes: Record<string, number>;
   /** file name → sha256 hex */
@@ -113,6 +119,18 @@ export interface ImageManifest {
    * images built before the field existed): no display device.
    */
   display?: { width: number; height: number } | null;
+  /**
+   * The profile's latest version when this one was built (null: the first). Absent in images built
+   * before the builder wrote release notes.
+   */
+  previous_version?: string | null;
+  /** What changed since previous_version (images/components.ts releaseNotes). */
+  release_notes?: string[];
+}
+
+/** The size of a version's disk in MiB (what its file system spans). */
+export function manifestDiskMib(manifest: Pick<ImageManifest, 'sizes'>): number {
+  return Math.ceil((manifest.sizes.disk_virtual ?? 0) / (1024 * 1024));
 }
 
 export interface BuiltImage {
@@ -315,6 +333,8 @@ interface RootfsCache {
   profile: string;
   kernel: string;
   packages: string[];
+  /** absent in cache entries written before the builder recorded sizes */
+  package_sizes_kib?: Record<string, number>;
   created_at: string;
   seconds: number;
 }
@@ -337,6 +357,8 @@ function customizeScript(profile: Profile): string {
     'ls "$ROOT"/boot | sed -n "s/^vmlinuz-//p" > "$INFO/kernel"',
     // installed packages ("ii"; "hi" for the held kernel)
     `chroot "$ROOT" dpkg-query -W -f '\${db:Status-Abbrev}|\${Package}=\${Version}\\n' | awk -F'|' '$1 ~ /^[ih]i/ { print $2 }' | LC_ALL=C sort > "$INFO/packages"`,
+    // and their Installed-Size in KiB (name<TAB>kib), for the component catalogue's sizes
+    `chroot "$ROOT" dpkg-query -W -f '\${db:Status-Abbrev}|\${Package}|\${Installed-Size}\\n' | awk -F'|' '$1 ~ /^[ih]i/ { print $2 "\\t" $3 }' | LC_ALL=C sort > "$INFO/sizes"`,
     '',
   ];
   return lines.join('\n');
@@ -430,6 +452,7 @@ async function buildRootfs(args: {
     profile: profile.name,
     kernel: kernel[0],
     packages,
+    package_sizes_kib: parseSizes(await fs.readFile(join(info, 'sizes'), 'utf8')),
     created_at: new Date().toISOString(),
     seconds: Math.round((Date.now() - started) / 100) / 10,
   };
@@ -446,6 +469,20 @@ async function buildRootfs(args: {
     if (name.startsWith(`rootfs-${profile.name}-`) && !keep.has(name)) await removeBuildTree(join(cacheDir, name));
   }
   return meta;
+}
+
+/**
+ * `name<TAB>kib` lines → {name: kib}. An empty Installed-Size (some metapackages declare none)
+ * counts 0; a line that is not a size is left out (sizes inform, they never fail a build).
+ */
+export function parseSizes(text: string): Record<string, number> {
+  const sizes: Record<string, number> = {};
+  for (const line of text.split('\n')) {
+    const [name, kib = ''] = line.split('\t');
+    if (!name || !/^\d*$/.test(kib.trim())) continue;
+    sizes[name] = Number(kib.trim() || 0);
+  }
+  return sizes;
 }
 
 async function readRootfsCache(rootPath: string, infoPath: string): Promise<RootfsCache | undefined> {
@@ -666,6 +703,10 @@ export async function buildImage(options: BuildImageOptions): Promise<BuiltImage
 
       // -- manifest
       step('manifest');
+      // release notes against the profile's latest version (unreadable: notes as for a first release;
+      // they must never fail a build)
+      const previous = (await readLatestImage(outDir, profile.name).catch(() => undefined))?.manifest ?? null;
+      const notes = releaseNotes(previous, { version, packages: rootfs.packages, package_sizes_kib: rootfs.package_sizes_kib });
       const sizes: Record<string, number> = {};
       const sums: Record<string, string> = {};
       for (const name of [IMAGE_FILES.kernel, IMAGE_FILES.initrd, IMAGE_FILES.disk]) {
@@ -682,6 +723,7 @@ export async function buildImage(options: BuildImageOptions): Promise<BuiltImage
         kernel: rootfs.kernel,
         kernel_cmdline: profile.kernelCmdline,
         packages: rootfs.packages,
+        ...(rootfs.package_sizes_kib ? { package_sizes_kib: rootfs.package_sizes_kib } : {}),
         sizes,
         sha256: sums,
         recipe_hash: rHash,
@@ -689,6 +731,8 @@ export async function buildImage(options: BuildImageOptions): Promise<BuiltImage
         disk: { format: 'qcow2', filesystem: 'ext4', device: '/dev/vda', grows_on_boot: true },
         suite: profile.suite,
         display: profile.display ?? null,
+        previous_version: previous?.version ?? null,
+        release_notes: notes,
       };
       await fs.writeFile(join(imageDir, IMAGE_FILES.manifest), `${JSON.stringify(manifest, null, 2)}\n`);
       await fs.chmod(imageDir, 0o755);

@@ -4,6 +4,7 @@ export {
   buildPrerequisitesMissing,
   contentHash,
   imageVersion,
+  manifestDiskMib,
   readLatest,
   readLatestImage,
   readManifest,
@@ -16,6 +17,20 @@ export {
   type ImageManifest,
   type LatestEntry,
 } from './build-image';
+export {
+  checkComponentRecipes,
+  componentsOfImage,
+  packageMap,
+  COMPONENT_RECIPES,
+  imageOs,
+  majorVersion,
+  releaseNotes,
+  upstreamVersion,
+  type BuiltComponent,
+  type ComponentCategory,
+  type ComponentRecipe,
+  type ComponentResources,
+} from './components';
 export { AGENT_GUEST_PATH, AGENT_PORT_NAME, IMAGE_INFO_GUEST_PATH } from './profiles/base';
 export { getProfile, PROFILES, type Profile } from './profiles';
 export { DEFAULT_AGENT_BUNDLE, defaultImageDir } from './build';

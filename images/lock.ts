@@ -37,6 +37,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * Takes the lock at `dir`, waiting while a live process holds it. `onWait` is called (at most once a
  * second) while waiting.
  */
+/** Locks this process holds: one of its own pid it does not hold was left by an earlier process with the same pid (a container restarted). */
+const heldHere = new Set<string>();
+
 export async function acquireLock(
   dir: string,
   what: string,
@@ -48,12 +51,14 @@ export async function acquireLock(
     try {
       await fs.mkdir(dir);
       const owner: LockOwner = { pid: process.pid, since: new Date().toISOString(), what };
+      heldHere.add(dir);
       await fs.writeFile(join(dir, 'owner.json'), JSON.stringify(owner));
       let released = false;
       return {
         async release() {
           if (released) return;
           released = true;
+          heldHere.delete(dir);
           await fs.rm(dir, { recursive: true, force: true });
         },
       };
@@ -61,7 +66,7 @@ export async function acquireLock(
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const owner = await readOwner(dir);
-    if (owner && !alive(owner.pid)) {
+    if (owner && (!alive(owner.pid) || (owner.pid === process.pid && !heldHere.has(dir)))) {
       // the owner died (killed build): take over by removing its lock, then race for mkdir again
       await fs.rm(dir, { recursive: true, force: true });
       continue;

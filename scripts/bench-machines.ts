@@ -33,7 +33,8 @@
 // Settings from the environment: BENCH_VCPU (2), BENCH_MEMORY_MIB (1024), BENCH_EXEC_RUNS (50),
 // BENCH_STREAM_MIB (64), BENCH_STREAM_RUNS (1), BENCH_SESSION_ROUNDS (3), BENCH_FORK_REPEATS (7),
 // KISTE_ACCELERATOR (auto: probed), KISTE_IMAGE_DIR (/tmp/kiste-image-cache).
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import { availableParallelism, cpus, tmpdir, totalmem } from 'node:os';
@@ -44,9 +45,12 @@ import pino from 'pino';
 import { buildAgent } from '../agent/build';
 import { buildImage, readLatestImage } from '../images';
 import { AgentClient } from '../src/compute/agent-client';
+import { generateHostKeys } from '../src/compute/ssh-host-keys';
 import {
+  copyRamFile,
   createOverlay,
   killMachine,
+  liveFork,
   listQemuProcesses,
   machineFiles,
   type MachineSpec,
@@ -74,6 +78,7 @@ const FORK_REPEATS = Number(process.env.BENCH_FORK_REPEATS ?? 7);
 const EXEC_BATCH = 10;
 const STREAM_RUNS = Number(process.env.BENCH_STREAM_RUNS ?? 1);
 const SESSION_ROUNDS = Number(process.env.BENCH_SESSION_ROUNDS ?? 3);
+const INSTANT_ROUNDS = Number(process.env.BENCH_INSTANT_ROUNDS ?? 3);
 const BOOT_TIMEOUT_MS = 300_000;
 const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 bench@kiste';
 const MIB = 1024 * 1024;
@@ -229,12 +234,15 @@ class RawMachine {
     readonly dir: string,
     private readonly image: ImageFiles,
     private readonly accelerator: 'kvm' | 'tcg',
+    /** The disk file when it is not the machine folder's own (a fork's layer). */
+    private readonly diskFile?: string,
   ) {
     this.files = machineFiles(dir);
+    mkdirSync(join(dir, 'run'), { recursive: true });
   }
 
   get disk(): string {
-    return join(this.dir, 'disk.qcow2');
+    return this.diskFile ?? join(this.dir, 'disk.qcow2');
   }
 
   spec(): MachineSpec {
@@ -252,7 +260,28 @@ class RawMachine {
       serialLog: this.files.serialLog,
       pidFile: this.files.pidFile,
       memoryFile: this.files.memoryFile,
+      generationId: true, // as kiste's machines
     };
+  }
+
+  /**
+   * What kiste does to a guest restored from someone else's memory image (boot snapshot, fork with
+   * memory), done directly: grow the disk, personalise with new host keys, set the clock.
+   */
+  async personaliseRestored(hostname: string, diskBytes?: number): Promise<void> {
+    const agent = this.openAgent();
+    await agent.waitConnected(60_000);
+    if (diskBytes !== undefined) await this.machine!.qmp.execute('block_resize', { 'node-name': 'disk0', size: diskBytes });
+    const keys = generateHostKeys();
+    await Promise.all([
+      agent.personalise({
+        hostname, authorized_keys: [SSH_KEY], regenerate_host_keys: true,
+        host_keys: keys.map((key) => ({ algorithm: key.algorithm, private_key: key.privateKey, public_key: key.publicKey })),
+        restored: { disk_bytes: diskBytes, entropy: randomBytes(64).toString('base64') },
+      }),
+      agent.setTime(Date.now()),
+    ]);
+    await agent.waitReady(60_000);
   }
 
   openAgent(): AgentClient {
@@ -333,6 +362,7 @@ async function main(): Promise<void> {
       KISTE_ACCELERATOR: process.env.KISTE_ACCELERATOR ?? 'auto',
       KISTE_REQUESTS_PER_MINUTE: '1000000000',
       KISTE_LOG_LEVEL: 'info',
+      KISTE_BOOT_SNAPSHOTS: 'on', // the instant rows need them; the cold rows drop this configuration's first (forgetBootSnapshots)
     });
     const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured (KISTE_ACCELERATOR)', probeMs: 0 };
     const accelerator = choice.accelerator;
@@ -405,10 +435,20 @@ async function main(): Promise<void> {
     log('raw: saveMemory (pause, device state to a file, QEMU quits)');
     await rawSave();
 
-    log(`kiste: POST /v1/instances (${DISK_MIB} MiB disk) until 200`);
+    // The create-to-ready rows are cold creates: an earlier run's boot snapshot of this configuration
+    // is dropped first (as the service drops one that fails to restore), and the one this create
+    // starts in the background is awaited before anything else is measured beside it.
+    forgetBootSnapshots(image.dir, { vcpu: VCPU, memoryMib: MEMORY_MIB });
+    log(`kiste: POST /v1/instances (${DISK_MIB} MiB disk) until 200 (a cold create: no boot snapshot of this configuration yet)`);
     const created = await http.expect(200, 'POST', '/v1/instances', { ...shape, name: 'bench-a', disk_mib: DISK_MIB });
     const idA = created.body.id as string;
-    log(`kiste: create answered 200 after ${fmtS(created.ms)}`);
+    const createdFrom = (await runningEvent(http, idA))?.data as { started_from?: string } | undefined;
+    if (createdFrom?.started_from !== 'boot') throw new Error(`the first create did not boot cold: ${JSON.stringify(createdFrom)}`);
+    log(`kiste: create answered 200 after ${fmtS(created.ms)}; waiting for the boot snapshot it started in the background`);
+    const snapshotStarted = performance.now();
+    const snapshot = await host.makeBootSnapshot(host.currentImage('minimal')!, { vcpu: VCPU, memoryMib: MEMORY_MIB });
+    if (!snapshot) throw new Error('no boot snapshot was made (see the warnings above)');
+    log(`kiste: boot snapshot ready ${fmtS(ms(snapshotStarted))} after the create answered`);
 
     log('raw: restoreMemory (-incoming defer, migrate-incoming) until the agent answers');
     await rawRestore();
@@ -474,6 +514,58 @@ async function main(): Promise<void> {
       resumeMs.push(resume.ms);
       log(`kiste: resume answered after ${fmtS(resume.ms)}`);
     }
+    // --- instant machines: create from a boot snapshot, fork with memory -------------------------
+    const snapshotCreateMs: number[] = [];
+    const rawSnapshotMs: number[] = [];
+    for (let round = 1; round <= INSTANT_ROUNDS; round++) {
+      log(`create from the boot snapshot, round ${round}/${INSTANT_ROUNDS}: raw restore + personalisation, then kiste's create`);
+      const copy = new RawMachine(join(workDir, `raw-copy-${round}`), image, accelerator);
+      let t0 = performance.now();
+      await createOverlay(snapshot.disk, copy.disk, { sizeBytes: snapshot.diskBytes });
+      await copyRamFile(snapshot.memoryFile, copy.files.memoryFile);
+      copyFileSync(snapshot.stateFile, copy.files.stateFile);
+      copy.machine = (await restoreMemory(copy.spec(), { stateFile: copy.files.stateFile })).machine;
+      await copy.personaliseRestored(`raw-copy-${round}`, DISK_MIB * MIB);
+      rawSnapshotMs.push(ms(t0));
+      await copy.kill();
+      rmSync(copy.dir, { recursive: true, force: true });
+      t0 = performance.now();
+      const fromSnapshot = await http.expect(200, 'POST', '/v1/instances', { ...shape, name: `bench-snap-${round}`, disk_mib: DISK_MIB });
+      snapshotCreateMs.push(ms(t0));
+      const started = await runningEvent(http, fromSnapshot.body.id as string);
+      if ((started?.data as { started_from?: string } | undefined)?.started_from !== 'snapshot') throw new Error(`create ${round} did not start from the snapshot: ${JSON.stringify(started?.data)}`);
+      log(`create from the snapshot: raw ${fmtS(rawSnapshotMs.at(-1)!)}, kiste ${fmtS(snapshotCreateMs.at(-1)!)}`);
+      await lifecycle(http, 'DELETE', `/v1/instances/bench-snap-${round}`, undefined, 'deleted');
+    }
+
+    const forkMemoryMs: number[] = [];
+    const forkPausedMs: number[] = [];
+    const rawForkMemoryMs: number[] = [];
+    const rawForkPausedMs: number[] = [];
+    for (let round = 1; round <= INSTANT_ROUNDS; round++) {
+      log(`fork with memory, round ${round}/${INSTANT_ROUNDS}: raw (pause, disk fork, device state, RAM copy, run on; restore the copy, personalise), then kiste's POST /fork {"memory":true}`);
+      const source = rawMachine.machine!;
+      const forkDisk = join(workDir, `raw-fork-${round}.qcow2`);
+      const copy = new RawMachine(join(workDir, `raw-fork-${round}`), image, accelerator, forkDisk);
+      let t0 = performance.now();
+      await source.qmp.execute('stop');
+      await liveFork(source.qmp, { newActiveFile: join(workDir, `raw-top-${round}.qcow2`), newActiveNode: `disk${round}`, forkFile: forkDisk });
+      await saveMemory(source, { stateFile: copy.files.stateFile, quit: false });
+      await copyRamFile(rawMachine.files.memoryFile, copy.files.memoryFile);
+      await source.qmp.execute('cont');
+      rawForkPausedMs.push(ms(t0));
+      copy.machine = (await restoreMemory(copy.spec(), { stateFile: copy.files.stateFile })).machine;
+      await copy.personaliseRestored(`raw-fork-${round}`);
+      rawForkMemoryMs.push(ms(t0));
+      await copy.kill();
+      t0 = performance.now();
+      const forked = await http.expect(200, 'POST', '/v1/instances/bench-a/fork', { name: `bench-mem-${round}`, memory: true });
+      forkMemoryMs.push(ms(t0));
+      const started = await runningEvent(http, forked.body.id as string);
+      forkPausedMs.push(Number((started?.data as { source_paused_ms?: number } | undefined)?.source_paused_ms ?? NaN));
+      log(`fork with memory: raw ${fmtS(rawForkMemoryMs.at(-1)!)} (source paused ${fmtMs(rawForkPausedMs.at(-1)!)}), kiste ${fmtS(forkMemoryMs.at(-1)!)} (source paused ${fmtMs(forkPausedMs.at(-1)!)})`);
+      await lifecycle(http, 'DELETE', `/v1/instances/bench-mem-${round}`, undefined, 'deleted');
+    }
     await rawMachine.kill();
 
     // --- forks -----------------------------------------------------------------------------------
@@ -504,8 +596,10 @@ async function main(): Promise<void> {
     for (const name of ['bench-b', 'bench-a']) await lifecycle(http, 'DELETE', `/v1/instances/${name}`, undefined, 'deleted');
 
     log(`kiste: POST /v1/instances (${BIG_DISK_MIB} MiB disk) until 200`);
+    forgetBootSnapshots(image.dir, { vcpu: VCPU, memoryMib: MEMORY_MIB }); // cold again, as the first create
     const createdBig = await http.expect(200, 'POST', '/v1/instances', { ...shape, name: 'bench-c', disk_mib: BIG_DISK_MIB });
-    log(`kiste: create answered 200 after ${fmtS(createdBig.ms)}`);
+    log(`kiste: create answered 200 after ${fmtS(createdBig.ms)}; waiting for the boot snapshot it started in the background`);
+    await host.makeBootSnapshot(host.currentImage('minimal')!, { vcpu: VCPU, memoryMib: MEMORY_MIB });
     await timeForks(createdBig.body.id as string, BIG_DISK_MIB);
     await lifecycle(http, 'DELETE', '/v1/instances/bench-c', undefined, 'deleted');
 
@@ -530,6 +624,12 @@ async function main(): Promise<void> {
     const rows: Row[] = [
       { figure: `create-to-ready (${DISK_MIB} MiB disk)`, kiste: fmtS(created.ms), raw: fmtS(rawBootMs), ratio: fmtRatio(created.ms, rawBootMs), target: '<= 1.2x raw', met: yes(created.ms <= 1.2 * rawBootMs) },
       { figure: `create-to-ready (${BIG_DISK_MIB} MiB disk)`, kiste: fmtS(createdBig.ms), raw: fmtS(rawBootMs), ratio: fmtRatio(createdBig.ms, rawBootMs), target: '<= 1.2x raw', met: yes(createdBig.ms <= 1.2 * rawBootMs) },
+      { figure: 'create from boot snapshot', kiste: fmtS(median(snapshotCreateMs)), raw: fmtS(median(rawSnapshotMs)), ratio: fmtRatio(median(snapshotCreateMs), median(rawSnapshotMs)), target: '<= 1.3x raw', met: yes(median(snapshotCreateMs) <= 1.3 * median(rawSnapshotMs)) },
+      { figure: '  … against resume with session', kiste: fmtS(median(snapshotCreateMs)), raw: fmtS(median(resumeMs)), ratio: fmtRatio(median(snapshotCreateMs), median(resumeMs)), target: '<= 1.5x resume', met: yes(median(snapshotCreateMs) <= 1.5 * median(resumeMs)) },
+      { figure: '  … against a cold create', kiste: fmtS(median(snapshotCreateMs)), raw: fmtS(created.ms), ratio: fmtRatio(median(snapshotCreateMs), created.ms), target: '(yardstick)', met: 'n/a' },
+      { figure: 'fork with memory', kiste: fmtS(median(forkMemoryMs)), raw: fmtS(median(rawForkMemoryMs)), ratio: fmtRatio(median(forkMemoryMs), median(rawForkMemoryMs)), target: '(yardstick)', met: 'n/a' },
+      { figure: '  … against resume with session', kiste: fmtS(median(forkMemoryMs)), raw: fmtS(median(resumeMs)), ratio: fmtRatio(median(forkMemoryMs), median(resumeMs)), target: '<= 2x resume', met: yes(median(forkMemoryMs) <= 2 * median(resumeMs)) },
+      { figure: '  … source paused', kiste: fmtMs(median(forkPausedMs)), raw: fmtMs(median(rawForkPausedMs)), ratio: fmtRatio(median(forkPausedMs), median(rawForkPausedMs)), target: '(report)', met: 'n/a' },
       { figure: 'stop with session', kiste: fmtS(stop), raw: fmtS(rawSaveMedian), ratio: fmtRatio(stop, rawSaveMedian), target: '(none given)', met: 'n/a' },
       { figure: 'resume with session', kiste: fmtS(resume), raw: fmtS(rawRestoreMedian), ratio: fmtRatio(resume, rawRestoreMedian), target: fileBacked ? '<= 0.3 s (file RAM)' : '<= 1 s', met: yes(resume <= resumeTargetMs) },
       { figure: `FORK TARGET: fork disk ${DISK_MIB} MiB`, kiste: fmtMs(fork2), raw: fmtMs(overlay2), ratio: fmtRatio(fork2, overlay2), target: '<= 1 s', met: yes(fork2 <= 1000) },
@@ -553,6 +653,8 @@ async function main(): Promise<void> {
     lines.push(`- create: raw = QEMU boot until the agent says ready with SSH listening (agent's first answer at ${fmtS(rawHelloMs)}). A create also personalises the guest; new SSH host keys (ssh-keygen -A in the guest) + sshd restart took ${fmtS(rawPersonaliseMs)} on the raw machine.`);
     lines.push(`- stop (median of ${SESSION_ROUNDS}; s: ${list(stopMs.map((v) => v / 1000), 2)}) vs raw saveMemory (median of ${rawSaveMs.length}; s: ${list(rawSaveMs.map((v) => v / 1000), 2)}). kiste saves durable (fsync of the state file and the RAM file), raw with the defaults (no fsync). State: raw ${rawStateBytes} bytes, kiste ${stateBytes} bytes.`);
     lines.push(`- resume (median of ${SESSION_ROUNDS}; s: ${list(resumeMs.map((v) => v / 1000), 2)}; <= 1 s: ${yes(resume <= 1000)}) vs raw restoreMemory until the agent answers (s: ${list(rawRestoreMs.map((v) => v / 1000), 2)}; QEMU restore alone ${list(rawRestoreQemuMs.map((v) => v / 1000), 2)}, agent hello at ${list(rawRestoreHelloMs.map((v) => v / 1000), 2)}). kiste also sets the guest clock and re-personalises (no new host keys).`);
+    lines.push(`- create from boot snapshot (median of ${INSTANT_ROUNDS}; s: kiste ${list(snapshotCreateMs.map((v) => v / 1000), 2)}, raw ${list(rawSnapshotMs.map((v) => v / 1000), 2)}): raw = overlay on the snapshot disk, RAM and state copies, restoreMemory, disk grown, personalise with new host keys and the restored renewals, clock set, until ready (not jailed, no database). The snapshot itself took ${fmtS(snapshot ? Number(JSON.parse(readFileSync(join(snapshot.dir, 'snapshot.json'), 'utf8')).made_in_ms) : NaN)} to make (a template boot, in the background).`);
+    lines.push(`- fork with memory (median of ${INSTANT_ROUNDS}; s: kiste ${list(forkMemoryMs.map((v) => v / 1000), 2)}, raw ${list(rawForkMemoryMs.map((v) => v / 1000), 2)}; source paused ms: kiste ${list(forkPausedMs)}, raw ${list(rawForkPausedMs)}).`);
     lines.push(`- fork disk: medians of ${FORK_REPEATS} (ms, ${DISK_MIB} MiB: ${list(forkDiskMs[DISK_MIB]!)}; ${BIG_DISK_MIB} MiB: ${list(forkDiskMs[BIG_DISK_MIB]!)}); raw overlay (ms, ${list(rawOverlayMs[DISK_MIB]!)}; ${list(rawOverlayMs[BIG_DISK_MIB]!)}). Independent of the disk size: ${yes(sizeIndependent)}. These rows are the fork target.`);
     lines.push(`- fork, whole POST: the source keeps running while the copy boots; raw = raw boot + overlay. Not the fork target.`);
     lines.push(`- exec true: ${EXEC_RUNS} runs each after ${EXEC_WARMUP} warm-up; kiste min/max ${fmtMs(Math.min(...execMs))} / ${fmtMs(Math.max(...execMs))}, raw min/max ${fmtMs(Math.min(...rawExecMs))} / ${fmtMs(Math.max(...rawExecMs))}.`);
@@ -595,6 +697,12 @@ async function main(): Promise<void> {
   if (failed) process.exitCode = 1;
 }
 
+/** The `instance.running` event of an instance (its data says how it started). */
+async function runningEvent(client: HttpClient, instanceId: string): Promise<{ data?: unknown } | undefined> {
+  const events = await client.expect(200, 'GET', '/v1/events?tail=200');
+  return (events.body.data as Array<{ type: string; resource_id: string; data?: unknown }>).find((e) => e.type === 'instance.running' && e.resource_id === instanceId);
+}
+
 /** A lifecycle call: 200 when it finished in time; after a 202 the instance is polled to its end. */
 async function lifecycle(client: HttpClient, method: string, path: string, body: unknown, until: 'stopped' | 'running' | 'deleted'): Promise<HttpResult> {
   const started = performance.now();
@@ -619,3 +727,19 @@ main().catch((error: unknown) => {
   console.error('bench failed:', error instanceof Error ? error.stack : error);
   process.exitCode = 1;
 });
+
+/** Drops the ready boot snapshots of a configuration in an image version's folder (the next create of it boots cold). */
+function forgetBootSnapshots(versionDir: string, shape: { vcpu: number; memoryMib: number }): void {
+  const root = join(versionDir, 'boot-snapshots');
+  if (!existsSync(root)) return;
+  for (const key of readdirSync(root)) {
+    const manifestFile = join(root, key, 'snapshot.json');
+    try {
+      const manifest = JSON.parse(readFileSync(manifestFile, 'utf8')) as { vcpu: number; memory_mib: number };
+      if (manifest.vcpu === shape.vcpu && manifest.memory_mib === shape.memoryMib) rmSync(manifestFile);
+    } catch {
+      // not a ready snapshot
+    }
+  }
+}
+

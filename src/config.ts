@@ -27,6 +27,11 @@ export interface Config {
    */
   imageProfile: ImageProfile;
   imagesDir: string;
+  /**
+   * New machines restore a boot snapshot of their image and configuration instead of booting
+   * (made in the background after the first create of a configuration and after image builds).
+   */
+  bootSnapshots: boolean;
   /** auto: probe KVM once, else TCG. */
   accelerator: 'auto' | 'kvm' | 'tcg';
   /**
@@ -136,6 +141,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     version: env.npm_package_version ?? '0.1.0',
     imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop', 'desktop-lite'] as const, 'desktop'),
     imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
+    bootSnapshots: oneOf('KISTE_BOOT_SNAPSHOTS', env.KISTE_BOOT_SNAPSHOTS, ['on', 'off'] as const, 'on') === 'on',
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
     machineEgress: {
       mode: oneOf('KISTE_MACHINE_EGRESS', env.KISTE_MACHINE_EGRESS, ['public', 'off'] as const, 'public'),

@@ -32,8 +32,11 @@ export async function prepareImage(services: Services, config: Config, logger: L
       },
     });
     logger.info({ profile, version: built.version }, 'image ready');
-    await host.refreshImage(profile);
-    await host.removeUnusedImages().catch((error: Error) => logger.warn({ err: error }, 'old image versions could not be removed'));
+    const image = await host.refreshImage(profile);
+    // Started first: it reads which configurations older versions have snapshots of before they may go.
+    const renewing = image ? host.renewBootSnapshots(image) : Promise.resolve(); // failures are logged; creates boot cold meanwhile
+    await services.images.layerBaseVersions().then((keep) => host.removeUnusedImages(keep)).catch((error: Error) => logger.warn({ err: error }, 'old image versions could not be removed'));
+    await renewing;
   } catch (error) {
     logger.error({ err: error, profile }, 'image build failed');
     host.setBuildState(profile, { state: 'failed', step: null, error: error instanceof Error ? error.message : String(error) });

@@ -31,7 +31,10 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: no machine will start');
   else logger.info({ uids: `${config.machineUidBase + 1}-${config.machineUidBase + 65_535}`, egress: config.machineEgress.mode, allow: config.machineEgress.allow.map((c) => c.cidr) }, 'machine jail ready');
   await services.instances.reconcile();
+  const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
+  if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
   void prepareImage(services, config, logger);
+  void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'interrupted image builds could not be resumed'));
   const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
   if (admin) logger.info({ email: admin.email }, 'created the first account from KISTE_ADMIN_EMAIL');
   const app = await createApp(services, logger);

@@ -1,6 +1,7 @@
 // Wires stores and domain services together. Handlers reach the domain only through this.
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { manifestDiskMib } from '../images';
 import { BuiltFiles, DistFiles } from './built-files';
 import { packageRoot } from './db/migrate';
 import { randomBytes } from 'node:crypto';
@@ -21,15 +22,23 @@ import { EventStream } from './domain/events';
 import { EventStore } from './store/events';
 import { SignIn } from './domain/sign-in';
 import { Instances } from './domain/instances';
+import { Images } from './domain/images';
+import { ImageBuilds } from './domain/image-builds';
+import { Environments } from './domain/environments';
+import { EnvironmentSetup } from './domain/environment-setup';
+import { ImageStore } from './store/images';
+import { EnvironmentStore } from './store/environments';
+import { InstanceSetupStore } from './store/instance-setups';
 import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
 import { Terminals, type TerminalSettings } from './domain/terminals';
 import { Desktops } from './domain/desktops';
 import { DesktopStore } from './store/desktop';
-import type { MachineDisplay } from './compute/machine-display';
+import { untilDesktopReady, type MachineDisplay } from './compute/machine-display';
 import { QemuMachineDisplay } from './compute/guest-display';
 import { DEFAULT_STREAM_SETTINGS } from './media/desktop-streamer';
 import { WebRtcDesktopStreamer } from './media/webrtc-streamer';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
+import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
 import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
 import { HostJail } from './compute/jail';
@@ -75,6 +84,13 @@ export interface Services {
   /** The jail of every machine's QEMU (checked at start, torn down by tests). */
   machineJail: HostJail;
   instances: Instances;
+  /** The universal image, private images and the component catalogue. */
+  images: Images;
+  /** Derived layers of private images being built (resumed at start). */
+  imageBuilds: ImageBuilds;
+  environments: Environments;
+  /** What applying environments to instances did (GET /v1/instances/{name}/setup). */
+  instanceSetups: InstanceSetupStore;
   commands: Commands;
   sshTunnels: SshTunnels;
   terminals: Terminals;
@@ -149,20 +165,39 @@ export function createServices(config: Config, database: Database, options: Serv
     egress: config.machineEgress,
     logger,
   });
+  // The display reads the host's machines and the host waits for desktops before saving a boot snapshot.
+  let machineDisplay: MachineDisplay | undefined;
   const machineHost = new QemuMachineHost({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
     accelerator: options.accelerator ?? 'tcg',
+    bootSnapshots: config.bootSnapshots,
+    templateSettled: (id) => untilDesktopReady(machineDisplay!, id),
     logger,
     jail,
   });
+  machineDisplay = options.machineDisplay ?? new QemuMachineDisplay(machineHost);
   const secretKey = installationSecret(config);
   const credentials = new Credentials(stores, secretKey, clock);
+  const imageStore = new ImageStore(db);
+  const currentImage = () => machineHost.currentImage(config.imageProfile);
+  const imageBuilds = new ImageBuilds(db, imageStore, {
+    profile: config.imageProfile,
+    diskMib: (version) => {
+      const manifest = machineHost.imageManifest({ profile: config.imageProfile, version, artifactKey: '' });
+      return manifest ? manifestDiskMib(manifest) : null;
+    },
+    buildLayer: (request) => machineHost.buildLayer(request),
+  }, clock, logger);
+  const images = new Images(db, imageStore, { currentImage, manifest: (image) => machineHost.imageManifest(image) }, imageBuilds, clock);
+  const environments = new Environments(db, new EnvironmentStore(db), stores.accounts, new SecretBox(secretKey, 'environment secret files'), clock);
+  const setups = new InstanceSetupStore(db);
+  const environmentSetup = new EnvironmentSetup(db, { instances: stores.instances, setups }, (id) => machineHost.agent(id), clock, logger);
   const instances = new Instances(db, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
     hostMemoryReserveMib: 512,
-  }, logger);
+  }, { images, environments, setup: environmentSetup }, logger);
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
@@ -202,11 +237,15 @@ export function createServices(config: Config, database: Database, options: Serv
     machineHost,
     machineJail: jail,
     instances,
-    commands: new Commands(db, instances, machineHost, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
+    images,
+    imageBuilds,
+    environments,
+    instanceSetups: setups,
+    commands: new Commands(db, new CommandStore(db), instances, machineHost, environments, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
-      options.machineDisplay ?? new QemuMachineDisplay(machineHost),
+      machineDisplay,
       new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
       config.turn, clock),
     alerts,

@@ -185,9 +185,6 @@ export function streamOverFd(fd: number): net.Socket {
 class DeviceLinkRunner {
   private stopped = false;
   private stream: net.Socket | null = null;
-  /** Until a host has sent something, every new link announces the agent (a write made while
-   *  no host was there went with the closed fd). */
-  private announce = true;
   private backoff = BACKOFF_MIN_MS;
 
   constructor(
@@ -235,7 +232,6 @@ class DeviceLinkRunner {
       };
       stream.on('data', (chunk: Buffer) => {
         heard = true;
-        this.announce = false;
         this.backoff = BACKOFF_MIN_MS;
         this.handlers.data(chunk);
       });
@@ -246,7 +242,11 @@ class DeviceLinkRunner {
         end(`port error: ${e.message}`);
       });
       stream.on('close', () => end('port closed'));
-      this.handlers.open(link, this.announce);
+      // Every new link announces the agent. Without a host the write goes with the closed fd. With
+      // one, the session it had is gone (a new link ends it): a port that read a stale EOF after a
+      // restore reopens under a host that has just synced, and without the announcement that
+      // host's hello would wait out its request timeout before it synced again.
+      this.handlers.open(link, true);
     });
   }
 

@@ -14,10 +14,10 @@ const MACHINE_ID = /^[0-9a-f]{32}$/;
  * to it and drops /var/lib/systemd/random-seed. Programs that already read the old id (PID 1,
  * journald) keep it until the next boot; everything started later sees the new one.
  */
-export async function resetMachineId(root: string): Promise<string> {
+export async function resetMachineId(root: string, random: (size: number) => Buffer = randomBytes): Promise<string> {
   // Made here from the kernel's random source rather than with systemd-machine-id-setup: in a VM
   // that tool may take the hypervisor's product UUID, which need not differ between forks.
-  const id = newMachineId();
+  const id = newMachineId(random);
   const etcId = join(root, 'etc/machine-id');
   // writeAtomic renames over the file: a symlink there is replaced, never written through.
   await writeAtomic(etcId, `${id}\n`, 0o444);
@@ -48,8 +48,8 @@ export async function readMachineId(root: string): Promise<string | null> {
 }
 
 /** 128 random bits formatted the way systemd makes them (a v4 UUID without dashes). */
-export function newMachineId(): string {
-  const bytes = randomBytes(16);
+export function newMachineId(random: (size: number) => Buffer = randomBytes): string {
+  const bytes = random(16);
   bytes[6] = (bytes[6] & 0x0f) | 0x40;
   bytes[8] = (bytes[8] & 0x3f) | 0x80;
   return bytes.toString('hex');

@@ -10,6 +10,7 @@ import { AgentError } from './errors';
 import { exists, writeAtomic } from './files';
 import type { Logger } from './log';
 import { readMachineId, resetMachineId } from './machine-id';
+import { mixHostEntropy, renewRestoredGuest, restoredGuestRequest, restoredRandom } from './restored-guest';
 import { bool, object, str, strings } from './validate';
 
 const HOSTNAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/i;
@@ -24,8 +25,10 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
   }
   const regenerate = bool(p, 'regenerate_host_keys');
   const givenKeys = hostKeyFiles(p.host_keys);
+  const restored = restoredGuestRequest(p.restored);
   const root = config.root;
   const env = config.commandEnv;
+  if (restored) await mixHostEntropy(restored, config, log);
 
   await writeAtomic(join(root, 'etc/hostname'), `${hostname}\n`, 0o644);
   await setHostsEntry(join(root, 'etc/hosts'), hostname);
@@ -40,7 +43,7 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
   if (regenerate) {
     // Same trigger as the host keys: the host asks exactly once per new disk, so a fork stops
     // sharing its source's identity.
-    await resetMachineId(root);
+    await resetMachineId(root, restored ? restoredRandom(restored) : undefined);
     await fs.mkdir(sshEtc, { recursive: true });
     for (const name of await fs.readdir(sshEtc)) {
       if (/^ssh_host_.*_key(\.pub)?$/.test(name)) await fs.rm(join(sshEtc, name), { force: true });
@@ -65,6 +68,7 @@ export async function personalise(raw: unknown, config: AgentConfig, log: Logger
       }
     }
   }
+  if (restored) await renewRestoredGuest(restored, config, log);
   return { hostname, host_keys: await hostKeys(sshEtc), machine_id: await readMachineId(root) };
 }
 

@@ -10,7 +10,6 @@ import {
   BASE_INITRAMFS_MODULES,
   BASE_KERNEL_CMDLINE,
   BASE_MASKED_UNITS,
-  BASE_PACKAGES,
   BASE_SUITE,
 } from './base';
 import {
@@ -23,7 +22,7 @@ import {
   displayCustomize,
   displayFiles,
 } from './display';
-import { SLIM_DPKG_OPTIONS } from './minimal';
+import { MINIMAL_PACKAGES, SLIM_DPKG_OPTIONS } from './minimal';
 import type { Profile } from './types';
 
 /**
@@ -41,12 +40,12 @@ const LITE_DPKG_OPTIONS = [
 
 export const desktopLite: Profile = {
   name: 'desktop-lite',
-  description: 'Debian bookworm minbase, systemd, OpenSSH, Node 18, the kiste agent and an xterm on the machine\'s screen (Xorg); for tests',
+  description: 'Debian bookworm minbase, systemd, OpenSSH, Node 18, git, the kiste agent and an xterm on the machine\'s screen (Xorg); for tests',
   suite: BASE_SUITE,
   variant: 'minbase',
   components: ['main'],
   kernelPackage: DISPLAY_KERNEL_PACKAGE,
-  packages: [...BASE_PACKAGES, ...DISPLAY_PACKAGES, 'xterm'],
+  packages: [...MINIMAL_PACKAGES, ...DISPLAY_PACKAGES, 'xterm'],
   dpkgOptions: [...SLIM_DPKG_OPTIONS, ...DISPLAY_DPKG_OPTIONS, ...LITE_DPKG_OPTIONS],
   files: [
     ...BASE_FILES,

@@ -21,14 +21,20 @@ export const SLIM_DPKG_OPTIONS = [
   'path-include=/usr/share/locale/locale.alias',
 ];
 
+/**
+ * The minimal set: every profile's packages plus git (machines clone repositories with it; the
+ * minimal image is the test suite's universal image). desktop-lite is this set plus a screen.
+ */
+export const MINIMAL_PACKAGES = [...BASE_PACKAGES, 'git'];
+
 export const minimal: Profile = {
   name: 'minimal',
-  description: 'Debian bookworm minbase, systemd, OpenSSH, Node 18 and the kiste agent; no desktop',
+  description: 'Debian bookworm minbase, systemd, OpenSSH, Node 18, git and the kiste agent; no desktop',
   suite: BASE_SUITE,
   variant: 'minbase',
   components: ['main'],
   kernelPackage: 'linux-image-cloud-amd64',
-  packages: [...BASE_PACKAGES],
+  packages: [...MINIMAL_PACKAGES],
   dpkgOptions: SLIM_DPKG_OPTIONS,
   files: [...BASE_FILES],
   enableUnits: [...BASE_ENABLED_UNITS],

@@ -51,6 +51,8 @@ export async function startBenchService(options: { profile: ImageProfile; workDi
     KISTE_IMAGE_DIR: TEST_IMAGE_DIR,
     KISTE_IMAGE_PROFILE: options.profile,
     KISTE_REQUESTS_PER_MINUTE: '1000000000',
+    // These benches measure a running machine: no boot snapshot's template boots beside it.
+    KISTE_BOOT_SNAPSHOTS: 'off',
   });
   const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
   log(`accelerator ${choice.accelerator} (${choice.reason})`);

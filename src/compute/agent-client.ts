@@ -28,6 +28,7 @@ import { AgentCallError } from './agent/errors';
 import { ExecHandle } from './agent/exec-handle';
 import { AgentClientOptions, NOOP_LOGGER, RequestOptions, ResolvedOptions, resolveOptions } from './agent/options';
 import { AgentTcpStream } from './agent/tcp-stream';
+import type { GuestAgent } from './guest-agent';
 
 export { AgentCallError } from './agent/errors';
 export type { AgentCallErrorCode } from './agent/errors';
@@ -42,7 +43,7 @@ export interface AgentClientEvents {
   event: [event: string, data: unknown];
 }
 
-export class AgentClient extends EventEmitter<AgentClientEvents> {
+export class AgentClient extends EventEmitter<AgentClientEvents> implements GuestAgent {
   private readonly opts: ResolvedOptions;
   private readonly connection: AgentConnection;
 

@@ -505,6 +505,18 @@ export interface PersonaliseParams {
    * ignore it and run ssh-keygen -A). Written to /etc/ssh/ssh_host_{ed25519,ecdsa}_key(.pub).
    */
   host_keys?: HostKeyFile[];
+  /**
+   * The guest continues a memory image another machine was saved from (a boot snapshot, a fork with
+   * memory) rather than a boot of its own: what running programs cached of the old identity is
+   * renewed too (agents older than the field ignore it).
+   */
+  restored?: RestoredGuest;
+}
+export interface RestoredGuest {
+  /** The disk's size now: the root file system grows to it once the kernel sees it (the saved one was smaller). */
+  disk_bytes?: number;
+  /** Random bytes (base64, at most 512) mixed into the guest's entropy pool besides the generation-ID reseed. */
+  entropy?: string;
 }
 export interface HostKeyFile {
   /** ssh-ed25519 | ecdsa-sha2-nistp256 */

@@ -21,6 +21,11 @@ export interface DiskState {
    * switches to it, so that a service killed in between can tell which file is the real top.
    */
   pending?: string;
+  /**
+   * Machines that run with a VM generation ID device (every disk made since boot snapshots); the
+   * device set of a saved session must not change, so disks made before keep running without it.
+   */
+  generationId?: boolean;
   /** What the guest was last personalised with (a hash) and the host keys it answered. */
   personalised?: { identity: string; hostKeys: Array<{ algorithm: string; publicKey: string }> };
 }

@@ -37,3 +37,18 @@ export interface MachineDisplay {
 
 /** Largest clipboard text carried either way. */
 export const CLIPBOARD_MAX_BYTES = 64 * 1024;
+
+/**
+ * Waits until a running machine's desktop is up (at once for machines without a screen); a
+ * desktop that is not up within `timeoutMs` is an error.
+ */
+export async function untilDesktopReady(display: Pick<MachineDisplay, 'state'>, id: string, timeoutMs = 180_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const state = await display.state(id);
+    if (state === 'ready' || state === 'none') return;
+    if (state === 'stopped') throw new Error(`machine ${id} stopped before its desktop was up`);
+    if (Date.now() > deadline) throw new Error(`the desktop of machine ${id} was not up within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}

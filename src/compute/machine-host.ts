@@ -1,6 +1,8 @@
 // The one interface the instance domain uses to run machines. Its implementation drives QEMU,
 // the image store and the guest agent; the domain knows none of them.
-import type { AgentClient } from './agent-client';
+import type { ImageManifest } from '../../images';
+import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
+import type { GuestAgent } from './guest-agent';
 
 export type Accelerator = 'kvm' | 'tcg';
 export type ImageProfile = 'minimal' | 'desktop' | 'desktop-lite';
@@ -11,6 +13,8 @@ export interface HostImage {
   version: string;
   /** Content key of the image artifact (its disk's sha256). */
   artifactKey: string;
+  /** A derived layer (Debian packages built on image version `version`) a new disk starts from instead of the image's own disk. */
+  layer?: { version: string; key: string } | null;
 }
 
 export interface ImageBuildState {
@@ -41,18 +45,49 @@ export interface StartedMachine {
   hostKeys: HostKey[];
 }
 
+/** How a new machine came to run: a cold boot, a copy of a boot snapshot, or a copy of a running machine's memory. */
+export type StartedFrom = 'boot' | 'snapshot' | 'memory';
+
+export interface CreatedMachine extends StartedMachine {
+  startedFrom: StartedFrom;
+}
+
+export interface ForkedMachine extends CreatedMachine {
+  /** Fork with memory: how long the source's guest stood still while it was copied. */
+  sourcePausedMs?: number;
+}
+
+export interface HostCapacity {
+  /** Memory the host has free for new guests now (before its reserve). */
+  freeMemoryMib: number;
+}
+
 export interface MachineHost {
   readonly accelerator: Accelerator;
   /** The newest ready image of a profile, or null while none is ready yet. */
   currentImage(profile: ImageProfile): HostImage | null;
   imageBuildState(profile: ImageProfile): ImageBuildState;
+  /** What an image version holds (packages, sizes, release notes), from its manifest; null when unreadable. */
+  imageManifest(image: HostImage): ImageManifest | null;
+  /** Builds (or finds) the derived layer of `request.key` on `request.base` in a builder machine. */
+  buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
   /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
   isolationProblem(): Promise<{ reason: string; hint: string } | null>;
-  /** The disk of a new machine: a copy-on-write overlay of the image, `diskMib` large. */
-  createDisk(id: string, image: HostImage, diskMib: number): Promise<void>;
-  /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */
-  forkDisk(sourceId: string, targetId: string): Promise<void>;
-  /** Cold boot from the disk; resolves once SSH listens and the agent takes commands. */
+  /** What the host can still take (the domain checks new and starting machines against it). */
+  capacity(): Promise<HostCapacity>;
+  /**
+   * A new machine on the image, running once SSH listens and the agent takes commands: restored
+   * from the boot snapshot of its configuration when one is ready (then personalised), else booted
+   * cold, and a snapshot of that configuration is made in the background.
+   */
+  create(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<CreatedMachine>;
+  /**
+   * A copy of a running machine under its own identity. Plain: a copy-on-write copy of its disk
+   * that boots fresh. With memory: the copy also continues the source's RAM and processes (the
+   * source pauses briefly); `image` must then be the one the source runs.
+   */
+  fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine>;
+  /** Cold boot from the machine's existing disk; resolves once SSH listens and the agent takes commands. */
   boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine>;
   /** Continues the saved memory session; resolves once the agent answers again. */
   resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine>;
@@ -74,7 +109,7 @@ export interface MachineHost {
   removeUnusedLayers(): Promise<void>;
   /** Kills whatever runs and removes the machine's files. */
   destroy(id: string): Promise<void>;
-  agent(id: string): AgentClient;
+  agent(id: string): GuestAgent;
   /** The last lines of the serial console. */
   consoleTail(id: string, lines: number): Promise<string>;
   /** Machines this host has files or processes for (for reaping orphans). */

@@ -1,35 +1,41 @@
-// MachineHost on this host's QEMU: images from the image store, one detached QEMU per machine
-// (it outlives the service; a restart adopts it), the guest agent over virtio-serial, guest RAM in
-// a file so a memory session saves and resumes in well under a second.
-import { closeSync, constants, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync } from 'node:fs';
-import { createHash } from 'node:crypto';
-import { connect } from 'node:net';
-import { basename, dirname, isAbsolute, join, relative, sep } from 'node:path';
-import { pruneImageVersions, readLatestImage } from '../../images';
-import { AgentClient } from './agent-client';
-import { nextMerge } from './checkpoint-policy';
-import { DiskState, LayerStore } from './layers';
-import { generateHostKeys } from './ssh-host-keys';
+// MachineHost on this host's QEMU: one detached QEMU per machine (it outlives the service; a
+// restart adopts it), guest RAM in a file so a memory session saves and resumes in well under a
+// second, and new machines restored from boot snapshots when one of their configuration is ready.
+// The parts live beside it: image-catalogue (images), disk-chain + layers (disk layers),
+// instant-copies (machines started as copies: of a boot snapshot, of a running machine; and the
+// boot snapshots themselves), guest-personalisation (identity), agent-registry (agents),
+// console-tail (the serial log); this file runs QEMU processes and keeps them in order.
+import { LayerBuilder, type BuiltLayer, type LayerBuildRequest } from './layer-builder';
+import type { ImageManifest } from '../../images';
+import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { freemem } from 'node:os';
+import { dirname, isAbsolute, join, relative, sep } from 'node:path';
+import type { AgentClient } from './agent-client';
+import { AgentRegistry } from './agent-registry';
+import type { BootSnapshot, SnapshotShape } from './boot-snapshots';
+import { readConsoleTail } from './console-tail';
+import { CHANGES_BITMAP, DiskChains, nodeName, trackChanges } from './disk-chain';
 import type { DisplayHost } from './guest-display';
+import { GuestPersonalisation, type PersonaliseOptions } from './guest-personalisation';
+import { ImageCatalogue, readImageManifest } from './image-catalogue';
+import { InstantCopies } from './instant-copies';
+import { LayerStore } from './layers';
 import type { DisplaySize } from './machine-display';
 import type { MachineJail } from './jail';
-import type { Accelerator, GuestIdentity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine } from './machine-host';
+import type {
+  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine,
+} from './machine-host';
 import {
   activeLayer,
-  addDirtyBitmap,
   adoptMachine,
-  chainNodes,
-  commitIntoBase,
   createOverlay,
   dirtyBitmapCount,
   killMachine,
-  liveFork,
   machineFiles,
   MachineAlreadyRunningError,
   MachineSpec,
   QemuMachine,
   type StartOptions,
-  removeDirtyBitmap,
   restoreMemory,
   saveMemory,
   snapshotActive,
@@ -37,8 +43,7 @@ import {
   stopMachine,
 } from './qemu';
 
-/** The dirty bitmap on the active layer: "the disk changed since the last checkpoint". */
-const CHANGES_BITMAP = 'since-checkpoint';
+const MIB = 1048576;
 
 export interface QemuHostOptions {
   dataDir: string;
@@ -48,6 +53,13 @@ export interface QemuHostOptions {
   fileBackedMemory?: boolean;
   /** Cold boot to "SSH listens, commands accepted"; generous under TCG. */
   bootTimeoutMs?: number;
+  /** Restore new machines from boot snapshots and make those (default true; needs file-backed memory). */
+  bootSnapshots?: boolean;
+  /**
+   * Before a template is saved as a boot snapshot: waits until everything its image starts is up
+   * (the desktop, for images with a screen) beyond SSH and the agent.
+   */
+  templateSettled?: (id: string, image: HostImage) => Promise<void>;
   logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
   /** Every QEMU runs in it (its own user, files, network rules, limits). */
   jail: MachineJail;
@@ -58,26 +70,21 @@ export function machineHostFolders(dataDir: string): { machines: string; layers:
   return { machines: join(dataDir, 'machines'), layers: join(dataDir, 'layers') };
 }
 
-interface ImageEntry {
-  image: HostImage;
-  dir: string;
-  cmdline: string;
-  /** The image's screen (manifest `display`); null: its machines have no display device. */
-  display: DisplaySize | null;
-}
-
 export class QemuMachineHost implements MachineHost, DisplayHost {
   readonly accelerator: Accelerator;
   private readonly machinesDir: string;
   private readonly layers: LayerStore;
+  private readonly chains: DiskChains;
+  private readonly images: ImageCatalogue;
+  private readonly agents: AgentRegistry;
+  private readonly personalisation: GuestPersonalisation;
   private readonly running = new Map<string, QemuMachine>();
-  private readonly agents = new Map<string, AgentClient>();
-  private readonly images = new Map<ImageProfile, ImageEntry>();
-  private readonly builds = new Map<ImageProfile, ImageBuildState>();
   /** Per machine: the tail of its queue of chain-changing work (checkpoints, forks, stops…). */
   private readonly queues = new Map<string, Promise<unknown>>();
   /** Per machine: the screen of the image its disk ends on (found once from the disk's chain). */
   private readonly displays = new Map<string, DisplaySize | null>();
+  private readonly copies: InstantCopies;
+  private readonly layerBuilder: LayerBuilder;
 
   private readonly jail: MachineJail;
 
@@ -87,72 +94,126 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     const folders = machineHostFolders(options.dataDir);
     this.machinesDir = folders.machines;
     this.layers = new LayerStore(folders.layers, options.imagesDir);
+    this.chains = new DiskChains(this.layers, this.machinesDir, options.logger);
+    this.images = new ImageCatalogue(options.imagesDir);
+    this.agents = new AgentRegistry((id) => machineFiles(this.machineDir(id)).agentSocket);
+    this.copies = new InstantCopies({
+      exclusive: (id, work) => this.exclusive(id, work),
+      machine: (id) => this.machine(id),
+      machineDir: (id) => this.machineDir(id),
+      newDisk: (id, backing, sizeBytes) => this.newDisk(id, backing, sizeBytes),
+      createDisk: (id, image, diskMib) => this.createDisk(id, image, diskMib),
+      boot: (id, shape, image, identity) => this.boot(id, shape, image, identity),
+      continueSession: (id, shape, image, identity, personaliseOptions, beforePersonalise) => this.continueSession(id, shape, image, identity, personaliseOptions, beforePersonalise),
+      flushGuest: (id, what) => this.flushGuest(id, what),
+      stop: (id, stopOptions) => this.stop(id, stopOptions),
+      destroy: (id) => this.destroy(id),
+    }, { jail: this.jail, layers: this.layers, chains: this.chains, images: this.images }, options);
+    this.layerBuilder = new LayerBuilder({
+      createDisk: (id, image, diskMib) => this.createDisk(id, image, diskMib),
+      boot: (id, shape, image, identity) => this.boot(id, shape, image, identity),
+      agent: (id) => this.agent(id),
+      flushGuest: (id, what) => this.flushGuest(id, what),
+      stop: (id, stopOptions) => this.stop(id, stopOptions),
+      diskTop: (id) => this.layers.path(this.chains.state(id).active),
+      destroy: (id) => this.destroy(id),
+    }, (version) => this.images.versionDir(version), options.logger);
+    this.personalisation = new GuestPersonalisation((id) => this.agent(id), { read: (id) => this.chains.state(id), write: (id, state) => this.chains.writeState(id, state) }, options.bootTimeoutMs ?? 300_000);
     mkdirSync(this.machinesDir, { recursive: true });
     mkdirSync(this.layers.dir, { recursive: true });
   }
 
   /** Reads the newest built image of a profile (after a build, and at start). */
-  async refreshImage(profile: ImageProfile): Promise<HostImage | null> {
-    const latest = await readLatestImage(this.options.imagesDir, profile);
-    if (!latest) return null;
-    const image = { profile, version: latest.manifest.version, artifactKey: latest.manifest.sha256['disk.qcow2'] ?? latest.manifest.version };
-    this.images.set(profile, { image, dir: latest.dir, cmdline: latest.manifest.kernel_cmdline, display: latest.manifest.display ?? null });
-    this.builds.set(profile, { state: 'ready', step: null, error: null });
-    return image;
+  refreshImage(profile: ImageProfile): Promise<HostImage | null> {
+    return this.images.refresh(profile);
   }
 
   setBuildState(profile: ImageProfile, state: ImageBuildState): void {
-    if (this.images.has(profile) && state.state !== 'ready') return; // an older image stays usable
-    this.builds.set(profile, state);
+    this.images.setBuildState(profile, state);
   }
 
   currentImage(profile: ImageProfile): HostImage | null {
-    return this.images.get(profile)?.image ?? null;
+    return this.images.current(profile);
   }
 
   imageBuildState(profile: ImageProfile): ImageBuildState {
-    return this.builds.get(profile) ?? { state: 'building', step: null, error: null };
+    return this.images.buildState(profile);
+  }
+
+  imageManifest(image: HostImage): ImageManifest | null {
+    return this.images.manifest(image);
+  }
+
+  buildLayer(request: LayerBuildRequest): Promise<BuiltLayer> {
+    return this.layerBuilder.build(request);
   }
 
   isolationProblem(): Promise<{ reason: string; hint: string } | null> {
     return this.jail.problem();
   }
 
-  async createDisk(id: string, image: HostImage, diskMib: number): Promise<void> {
-    const dir = this.machineDir(id);
-    await this.jail.admit(id);
-    const active = `${id}-0.qcow2`;
-    await createOverlay(join(this.imageEntry(image).dir, 'disk.qcow2'), this.layers.path(active), { sizeBytes: diskMib * 1048576 });
-    this.jail.ownLayer(id, this.layers.path(active));
-    this.layers.writeState(dir, { active, hostKeysGenerated: false });
+  async capacity(): Promise<HostCapacity> {
+    return { freeMemoryMib: Math.floor(freemem() / MIB) };
   }
 
-  async forkDisk(sourceId: string, targetId: string): Promise<void> {
-    await this.exclusive(sourceId, async () => {
-      const targetDir = this.machineDir(targetId);
-      await this.jail.admit(targetId);
-      const forkActive = `${targetId}-0.qcow2`;
-      const machine = await this.machine(sourceId);
-      if (machine) {
-        // What programs in the source wrote goes into the copy (not only what reached the disk).
-        await this.flushGuest(sourceId, 'a fork');
-        // The source's top freezes and becomes the shared backing of its new top and of the copy.
-        await this.newTopLayer(sourceId, machine, (next) =>
-          liveFork(machine.qmp, {
-            newActiveFile: this.layers.path(next),
-            newActiveNode: nodeName(next),
-            forkFile: this.layers.path(forkActive),
-            prepareFile: (file) => this.jail.ownLayer(sourceId, file),
-          }),
-        );
-      } else {
-        await createOverlay(this.layers.path(this.diskState(sourceId).active), this.layers.path(forkActive));
-      }
-      this.jail.ownLayer(targetId, this.layers.path(forkActive));
-      // The copy reads what it shares with the source: every layer under its own (images are public).
-      await this.jail.shareLayers(targetId, sourceId, (await this.layers.layersOf(forkActive)).slice(1));
-      this.layers.writeState(targetDir, { active: forkActive, hostKeysGenerated: false });
-    });
+  async create(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<CreatedMachine> {
+    // Boot snapshots are of the image's own disk: a machine on a derived layer boots cold.
+    // A snapshot that cannot be restored is discarded (with what was made of the copy) and costs a cold boot.
+    const copied = image.layer ? null : await this.copies.fromBootSnapshot(id, image, shape, identity);
+    if (copied) return copied;
+    await this.createDisk(id, image, shape.diskMib);
+    const started = await this.boot(id, shape, image, identity);
+    if (!image.layer) void this.copies.makeBootSnapshot(image, shape); // never awaited by a create (resolves null when off)
+    return { ...started, startedFrom: 'boot' };
+  }
+
+  async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
+    if (!options.memory) {
+      await this.forkDisk(sourceId, targetId);
+      return { ...(await this.boot(targetId, shape, image, identity)), startedFrom: 'boot' };
+    }
+    return this.copies.forkWithMemory(sourceId, targetId, image, shape, identity);
+  }
+
+  /** The disk of a new machine: a copy-on-write overlay of the image, `diskMib` large. */
+  async createDisk(id: string, image: HostImage, diskMib: number | null): Promise<void> {
+    if (image.layer) {
+      const layer = await this.layerBuilder.find(image.layer.version, image.layer.key);
+      if (!layer) throw new Error(`the derived layer ${image.layer.key} of ${image.layer.version} is missing`);
+      // Never smaller than the layer (its file system was grown to the builder's disk; the domain refuses less).
+      await this.newDisk(id, layer.disk, Math.max(diskMib === null ? 0 : diskMib * MIB, layer.virtualBytes));
+      return;
+    }
+    await this.newDisk(id, join(this.images.entry(image).dir, 'disk.qcow2'), diskMib === null ? undefined : diskMib * MIB);
+  }
+
+  private async newDisk(id: string, backing: string, sizeBytes: number | undefined): Promise<void> {
+    await this.jail.admit(id);
+    const active = `${id}-0.qcow2`;
+    await createOverlay(backing, this.layers.path(active), { sizeBytes });
+    this.jail.ownLayer(id, this.layers.path(active));
+    this.chains.writeState(id, { active, hostKeysGenerated: false, generationId: true });
+  }
+
+  /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */
+  forkDisk(sourceId: string, targetId: string): Promise<void> {
+    return this.copies.forkDisk(sourceId, targetId);
+  }
+
+  /**
+   * Starts QEMU on the machine's saved state, waits for its agent, runs `beforePersonalise`, then
+   * personalises it and sets its clock (it stood still while the state was saved) at once.
+   */
+  private async continueSession(
+    id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity,
+    personaliseOptions: PersonaliseOptions, beforePersonalise?: (machine: QemuMachine) => Promise<void>,
+  ): Promise<StartedMachine> {
+    const machine = await this.startFromSession(id, shape, image);
+    const agent = this.agent(id);
+    await agent.waitConnected(60_000);
+    await beforePersonalise?.(machine);
+    const [started] = await Promise.all([this.personalisation.personalise(id, identity, personaliseOptions), agent.setTime(Date.now())]);
+    return started;
   }
 
   /**
@@ -168,10 +229,10 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       const active = await activeLayer(machine.qmp);
       const changedBytes = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
       if (changedBytes === 0) return { taken: false };
-      await this.newTopLayer(id, machine, (next) =>
+      await this.chains.newTopLayer(id, machine, (next) =>
         snapshotActive(machine.qmp, { newFile: this.layers.path(next), newNode: nodeName(next), prepareFile: (file) => this.jail.ownLayer(id, file) }),
       );
-      await this.compact(id, machine);
+      await this.chains.compact(id, machine, await this.activeLayers(id));
       return { taken: true };
     });
   }
@@ -190,28 +251,31 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
         await machine.qmp.execute('cont');
       }),
     );
-    return this.personalise(id, identity);
+    return this.personalisation.personalise(id, identity);
   }
 
-  async resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
+  resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
+    return this.continueSession(id, shape, image, identity, { unlessUnchanged: true });
+  }
+
+  /** Starts QEMU on the machine's saved state (its own session or a copy) and forgets the state file. */
+  private async startFromSession(id: string, shape: MachineShape, image: HostImage): Promise<QemuMachine> {
     const files = machineFiles(this.machineDir(id));
+    let restored: QemuMachine | undefined;
     await this.exclusive(id, () =>
       this.jailed(id, shape, async (start) => {
         const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeLoad: () => this.jail.seal(id) });
         this.running.set(id, machine);
         await trackChanges(machine);
+        restored = machine;
       }),
     );
     rmSync(files.stateFile, { force: true }); // the session is live again; a later stop saves a new one
-    const agent = this.agent(id);
-    await agent.waitConnected(60_000);
-    // The guest clock stood still while the session was saved; set it while personalising.
-    const [started] = await Promise.all([this.personalise(id, identity, { unlessUnchanged: true }), agent.setTime(Date.now())]);
-    return started;
+    return restored!;
   }
 
   async refreshIdentity(id: string, identity: GuestIdentity): Promise<void> {
-    await this.personalise(id, identity, { unlessUnchanged: true });
+    await this.personalisation.personalise(id, identity, { unlessUnchanged: true });
   }
 
   async hasSession(id: string): Promise<boolean> {
@@ -231,7 +295,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   private async stopNow(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
     const machine = await this.machine(id);
     if (!machine) return { sessionSaved: await this.hasSession(id) };
-    this.dropAgent(id);
+    this.agents.drop(id);
     if (options.saveSession && (await this.hasSession(id)) && (await machine.status().catch(() => '')) === 'postmigrate') {
       // A save that completed before the service went away: only QEMU's quit was left to do.
       await stopMachine(machine, { powerdownTimeoutMs: 0 });
@@ -262,8 +326,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     const machine = await this.settleStart(id, await this.machine(id));
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
-      const active = machine ? await this.runningTop(id, machine, state.active) : await this.settledOffline(state);
-      if (active !== state.active || state.pending) this.layers.writeState(this.machineDir(id), { ...state, active, pending: undefined });
+      const active = machine ? await this.chains.runningTop(id, machine, state.active) : await this.chains.settledOffline(state);
+      if (active !== state.active || state.pending) this.chains.writeState(id, { ...state, active, pending: undefined });
     }
     return machine !== undefined;
   }
@@ -299,9 +363,12 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     }
   }
 
-  /** Removes image versions that are nobody's latest and that no machine's disk backs onto. */
-  async removeUnusedImages(): Promise<void> {
-    const inUse = new Set<string>();
+  /**
+   * Removes image versions (with their boot snapshots and derived layers) that are nobody's latest,
+   * that no machine's disk backs onto and that are not in `keep` (versions private images' layers sit on).
+   */
+  async removeUnusedImages(keep: ReadonlySet<string> = new Set()): Promise<void> {
+    const inUse = new Set<string>(keep);
     try {
       for (const active of await this.activeLayers()) {
         for (const file of await this.layers.filesOf(active)) {
@@ -313,8 +380,23 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       this.options.logger.warn({ err: error }, 'a disk chain could not be read; no image version removed');
       return;
     }
-    const removed = await pruneImageVersions(this.options.imagesDir, { inUse });
+    const removed = await this.images.removeUnused(inUse);
     if (removed.length) this.options.logger.info({ removed }, 'removed image versions no machine uses');
+  }
+
+  /** The boot snapshot of a configuration: ready, being made, or made now (null: off, or the making failed). */
+  makeBootSnapshot(image: HostImage, shape: SnapshotShape): Promise<BootSnapshot | null> {
+    return this.copies.makeBootSnapshot(image, shape);
+  }
+
+  /** The ready boot snapshot of a configuration (null: none, or snapshots are off). */
+  findBootSnapshot(image: HostImage, shape: SnapshotShape): BootSnapshot | null {
+    return this.copies.findBootSnapshot(image, shape);
+  }
+
+  /** After an image build: the new version gets boot snapshots of the configurations in use on older ones, one after another. */
+  renewBootSnapshots(image: HostImage): Promise<void> {
+    return this.copies.renewBootSnapshots(image);
   }
 
   destroy(id: string): Promise<void> {
@@ -323,7 +405,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
 
   private async destroyNow(id: string): Promise<void> {
     const machine = await this.machine(id);
-    this.dropAgent(id);
+    this.agents.drop(id);
     if (machine) await killMachine(machine);
     this.stopped(id);
     const state = this.layers.readState(this.machineDir(id));
@@ -341,35 +423,11 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   agent(id: string): AgentClient {
-    let agent = this.agents.get(id);
-    if (!agent) {
-      const socket = machineFiles(this.machineDir(id)).agentSocket;
-      agent = new AgentClient({ connect: () => connect(socket) });
-      this.agents.set(id, agent);
-    }
-    return agent;
+    return this.agents.get(id);
   }
 
   async consoleTail(id: string, lines: number): Promise<string> {
-    const file = machineFiles(this.machineDir(id)).serialLog;
-    let fd: number;
-    try {
-      // QEMU's file: opened only as a regular file, never through a link or into a FIFO.
-      fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-    } catch {
-      return '';
-    }
-    let buffer: Buffer;
-    try {
-      const stat = fstatSync(fd);
-      if (!stat.isFile()) return '';
-      const length = Math.min(stat.size, lines * 512, 4 << 20); // enough bytes for the lines asked for
-      buffer = Buffer.alloc(length);
-      readSync(fd, buffer, 0, length, stat.size - length);
-    } finally {
-      closeSync(fd);
-    }
-    return buffer.toString('utf8').split(/\r?\n/).slice(-lines - 1).join('\n').replace(/^\n/, '');
+    return readConsoleTail(machineFiles(this.machineDir(id)).serialLog, lines);
   }
 
   /** The screen of the image the machine's disk was made from (its chain ends on that image's disk). */
@@ -387,14 +445,14 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     return machineFiles(this.machineDir(id)).displaySocket;
   }
 
+  /** Machines (and boot snapshot templates) this host has files for: reconcile removes the ones no row knows. */
   async knownMachineIds(): Promise<string[]> {
     return readdirSync(this.machinesDir);
   }
 
   /** The active layer of every machine this host has a disk for (but one). */
   private async activeLayers(exceptId?: string): Promise<string[]> {
-    const ids = (await this.knownMachineIds()).filter((id) => id !== exceptId);
-    return ids.map((id) => this.layers.readState(this.machineDir(id))?.active).filter((active): active is string => Boolean(active));
+    return this.chains.activeLayers(await this.knownMachineIds(), exceptId);
   }
 
   /** Asks the guest to flush its file systems before its disk is frozen; without an answer the copy is crash-consistent. */
@@ -404,92 +462,16 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     });
   }
 
-  /** Stops talking to machines (they keep running); for shutdown. */
+  /** Stops talking to machines (they keep running); for shutdown. Boot snapshots being made stop at their next step. */
   detachAll(): void {
-    for (const id of [...this.agents.keys()]) this.dropAgent(id);
-    for (const machine of this.running.values()) machine.qmp.close();
+    this.copies.stopMaking();
+    this.agents.dropAll();
+    for (const [id, machine] of this.running) {
+      machine.qmp.close();
+      // A template is nobody's machine: it does not outlive the service (the next start would remove it anyway).
+      if (this.copies.isTemplate(id) || LayerBuilder.isBuilder(id)) void killMachine(machine).catch(() => undefined);
+    }
     this.running.clear();
-  }
-
-  /**
-   * Host name, authorized keys and (once per disk) host keys and machine id. With unlessUnchanged, a
-   * machine personalised with the same identity is left as it is: a resumed session has all of it
-   * and was ready when saved (sshd's listening socket is restored state), so nothing is awaited but
-   * the agent, which the caller has. Probing SSH again cost ~0.2–0.5 s of a resume under TCG.
-   */
-  private async personalise(id: string, identity: GuestIdentity, options: { unlessUnchanged?: boolean } = {}): Promise<StartedMachine> {
-    const agent = this.agent(id);
-    const dir = this.machineDir(id);
-    const identityHash = createHash('sha256').update(JSON.stringify([identity.hostname, identity.authorizedKeys])).digest('hex');
-    const state = this.diskState(id);
-    if (options.unlessUnchanged && state.hostKeysGenerated && state.personalised?.identity === identityHash) return { hostKeys: state.personalised.hostKeys };
-    await agent.waitReady(this.options.bootTimeoutMs ?? 300_000);
-    const newKeys = state.hostKeysGenerated ? undefined : generateHostKeys();
-    const result = await agent.personalise({
-      hostname: identity.hostname,
-      authorized_keys: identity.authorizedKeys,
-      regenerate_host_keys: newKeys !== undefined,
-      host_keys: newKeys?.map((key) => ({ algorithm: key.algorithm, private_key: key.privateKey, public_key: key.publicKey })),
-    });
-    const hostKeys = result.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key }));
-    this.layers.writeState(dir, { ...this.diskState(id), hostKeysGenerated: true, personalised: { identity: identityHash, hostKeys } });
-    await agent.waitReady(60_000); // sshd restarts after new host keys
-    return { hostKeys };
-  }
-
-  /**
-   * Puts a new empty top layer on the running disk with `put` (which tells QEMU to switch) and
-   * records it; the intent is written first (see DiskState.pending). The bitmap moves up with it.
-   */
-  private async newTopLayer(id: string, machine: QemuMachine, put: (next: string) => Promise<unknown>): Promise<void> {
-    const dir = this.machineDir(id);
-    const state = this.diskState(id);
-    const next = nextLayerName(id, state.active);
-    this.layers.writeState(dir, { ...state, pending: next });
-    const frozen = await activeLayer(machine.qmp);
-    await put(next);
-    this.layers.writeState(dir, { ...state, active: next, pending: undefined });
-    await trackChanges(machine);
-    await removeDirtyBitmap(machine.qmp, { node: frozen.node, name: CHANGES_BITMAP }).catch(() => undefined); // frozen: it cannot change
-  }
-
-  /** Merges the oldest checkpoint layers until the chain is short enough (see checkpoint-policy). */
-  private async compact(id: string, machine: QemuMachine): Promise<void> {
-    for (;;) {
-      const chain = (await chainNodes(machine.qmp)).filter((layer) => layer.file.startsWith(this.layers.dir + '/'));
-      const frozen = chain.slice(1).reverse(); // oldest first
-      const shared = await this.layers.usedBy(await this.activeLayers(id), { strict: true }); // unreadable: merge nothing
-      const merge = nextMerge(frozen.map((layer) => layer.file), shared);
-      if (!merge) return;
-      // The names come from QEMU: merge (and remove) only layers this machine's disk made.
-      if (!this.layers.isOwnLayer(id, merge.upper) || !this.layers.isOwnLayer(id, merge.lower)) {
-        this.options.logger.warn({ machine: id, merge }, 'QEMU names layers that are not this machine\'s; not compacting');
-        return;
-      }
-      const byFile = new Map(frozen.map((layer) => [layer.file, layer.node]));
-      await commitIntoBase(machine.qmp, { jobId: 'compact', topNode: byFile.get(merge.upper)!, baseNode: byFile.get(merge.lower)! });
-      rmSync(merge.upper, { force: true }); // out of the chain now: the layer above backs onto merge.lower
-    }
-  }
-
-  /** The layer a running machine writes to, as QMP names it: only one of its own layers is believed. */
-  private async runningTop(id: string, machine: QemuMachine, recorded: string): Promise<string> {
-    const file = (await activeLayer(machine.qmp)).file;
-    if (this.layers.isOwnLayer(id, file)) return basename(file);
-    this.options.logger.warn({ machine: id, file }, 'QEMU names a top layer that is not this machine\'s; keeping the recorded one');
-    return recorded;
-  }
-
-  /** Which file is the top of a stopped machine's disk, after a run that may have died mid-switch. */
-  private async settledOffline(state: DiskState): Promise<string> {
-    if (!state.pending) return state.active;
-    const pending = this.layers.path(state.pending);
-    if (existsSync(pending)) {
-      const below = await this.layers.backingOf(pending).catch(() => null);
-      if (below === this.layers.path(state.active)) return state.pending; // QEMU had switched
-      rmSync(pending, { force: true });
-    }
-    return state.active;
   }
 
   /**
@@ -515,7 +497,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   /** A machine made before machines were jailed: a user of its own, its layers its own or shared. */
   private async adoptIntoJail(id: string): Promise<void> {
     await this.jail.admit(id);
-    const chain = await this.layers.layersOf(this.diskState(id).active);
+    const chain = await this.layers.layersOf(this.chains.state(id).active);
     // Layers it shares with a machine it was forked from stay as they were made then (world-readable).
     for (const file of chain.filter((layer) => this.layers.isOwnLayer(id, layer))) this.jail.ownLayer(id, file);
     this.options.logger.info({ machine: id, uid: this.jail.userOf(id).uid }, 'machine made before the jail now has a user of its own');
@@ -552,21 +534,17 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     return adopted;
   }
 
-  private dropAgent(id: string): void {
-    this.agents.get(id)?.close();
-    this.agents.delete(id);
-  }
-
   private spec(id: string, shape: MachineShape, image: HostImage): MachineSpec {
     const files = machineFiles(this.machineDir(id));
-    const entry = this.imageEntry(image);
+    const entry = this.images.entry(image);
+    const state = this.chains.state(id);
     return {
       id,
       vcpu: shape.vcpu,
       memoryMib: shape.memoryMib,
       kernel: join(entry.dir, 'vmlinuz'),
       initrd: join(entry.dir, 'initrd.img'),
-      disk: this.layers.path(this.diskState(id).active),
+      disk: this.layers.path(state.active),
       appendArgs: entry.cmdline,
       accelerator: this.accelerator,
       qmpSocket: files.qmpSocket,
@@ -576,54 +554,11 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       memoryFile: this.options.fileBackedMemory === false ? undefined : files.memoryFile,
       // the image's screen; a restore gets the same devices as the boot it continues (same image)
       display: entry.display ? { socket: files.displaySocket, ...entry.display } : undefined,
+      generationId: state.generationId ?? false,
     };
-  }
-
-  private imageEntry(image: HostImage): ImageEntry {
-    const entry = this.images.get(image.profile);
-    if (entry && entry.image.version === image.version) return entry;
-    const dir = join(this.options.imagesDir, image.version);
-    const manifest = readImageManifest(dir);
-    if (!manifest) throw new Error(`image ${image.version} has no readable manifest.json`);
-    return { image, dir, cmdline: manifest.kernel_cmdline, display: manifest.display ?? null };
-  }
-
-  private diskState(id: string) {
-    const state = this.layers.readState(this.machineDir(id));
-    if (!state) throw new Error(`machine ${id} has no disk`);
-    return state;
   }
 
   private machineDir(id: string): string {
     return join(this.machinesDir, id);
   }
-}
-
-/** What the host reads of an image version's manifest.json (display: absent in images made before screens). */
-function readImageManifest(dir: string): { kernel_cmdline: string; display?: DisplaySize | null } | null {
-  try {
-    return JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8')) as { kernel_cmdline: string; display?: DisplaySize | null };
-  } catch {
-    return null;
-  }
-}
-
-/** Starts "what changed since the last checkpoint" on the machine's active layer. */
-async function trackChanges(machine: QemuMachine): Promise<void> {
-  const active = await activeLayer(machine.qmp);
-  const known = await dirtyBitmapCount(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
-  if (known === undefined) await addDirtyBitmap(machine.qmp, { node: active.node, name: CHANGES_BITMAP });
-}
-
-/** QEMU node names are at most 31 characters: the layer's index names it. */
-function nodeName(layer: string): string {
-  return `disk${layerIndex(layer)}`;
-}
-
-function layerIndex(name: string): number {
-  return Number(/-(\d+)\.qcow2$/.exec(name)?.[1] ?? 0);
-}
-
-function nextLayerName(id: string, active: string): string {
-  return `${id}-${layerIndex(active) + 1}.qcow2`;
 }

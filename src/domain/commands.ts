@@ -4,16 +4,14 @@
 // that goes away, or an interrupt, cancels the command.
 import { createHash } from 'node:crypto';
 import { KisteError } from '../errors';
-import { AgentCallError, type ExecHandle } from '../compute/agent-client';
+import { AgentCallError, type ExecHandle } from '../compute/guest-agent';
 import type { MachineHost } from '../compute/machine-host';
+import type { Command, CommandOutcome, CommandStore } from '../store/commands';
 import { appendEvent } from '../store/events';
 import type { Db } from '../store/prisma';
-import type { Command } from '../generated/prisma/sqlite/client';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
 import { newId } from './secrets';
-
-export type { Command };
 
 /** Output a command may write before it is stopped (output_limit_exceeded), unless the settings say otherwise. */
 export const OUTPUT_LIMIT_BYTES = 256 * 1024 * 1024;
@@ -40,16 +38,16 @@ export type ExecEvent =
     }
   | { type: 'failed'; id: string; instance: string; message: string };
 
-type CommandUpdate = Parameters<Db['command']['update']>[0]['data'];
-
 export class Commands {
   /** Cancel functions of commands running in this process. */
   private readonly cancels = new Map<string, () => void>();
 
   constructor(
     private readonly db: Db,
+    private readonly store: CommandStore,
     private readonly instances: Instances,
     private readonly host: MachineHost,
+    private readonly environments: { variables(accountId: string, versionId: string | null): Promise<Record<string, string>> },
     private readonly clock: Clock,
     private readonly settings: CommandSettings = { outputLimitBytes: OUTPUT_LIMIT_BYTES },
   ) {}
@@ -58,8 +56,11 @@ export class Commands {
   async exec(accountId: string, name: string, input: ExecInput, clientGone: AbortSignal): Promise<AsyncIterable<ExecEvent>> {
     const instance = await this.instances.running(accountId, name);
     const requestHash = hashRequest(input);
+    // The environment's variables are every command's; the request's own env is laid over them.
+    const variables = await this.environments.variables(accountId, instance.environmentVersionId);
+    const start = (instanceId: string) => this.startInAgent(instanceId, { ...input, env: { ...variables, ...input.env } });
     if (input.id) {
-      const existing = await this.db.command.findUnique({ where: { id: input.id } });
+      const existing = await this.store.findById(input.id);
       if (existing) {
         if (existing.accountId !== accountId || existing.instanceId !== instance.id || existing.requestHash !== requestHash) {
           throw new KisteError('P11', { message: 'This command id was used for a different request', param: 'id' });
@@ -72,14 +73,12 @@ export class Commands {
     // A client's id must be recorded before the command runs (two requests with the same id race
     // to the unique row, and only the winner may run). An id made here is unique already, so the
     // agent starts the command while the record is written: it saves a transaction's time per exec.
-    const startEarly = input.id ? null : this.startInAgent(instance.id, input);
+    const startEarly = input.id ? null : start(instance.id);
     startEarly?.catch(() => undefined); // awaited in stream(); this only keeps an early failure from going unhandled
     let record: Command;
     try {
       record = await this.db.$transaction(async (tx) => {
-        const created = await tx.command.create({
-          data: { id, accountId, instanceId: instance.id, requestHash, status: 'running', startedAt: this.clock.now() },
-        });
+        const created = await this.store.createRunning(tx, { id, accountId, instanceId: instance.id, requestHash, startedAt: this.clock.now() });
         await appendEvent(tx, accountId, { type: 'command.started', resourceType: 'command', resourceId: id, data: { instance: name } });
         return created;
       });
@@ -87,15 +86,15 @@ export class Commands {
       if (startEarly) cancelOnceStarted(startEarly);
       throw error;
     }
-    return this.stream(record, name, clientGone, () => startEarly ?? this.startInAgent(record.instanceId, input));
+    return this.stream(record, name, clientGone, () => startEarly ?? start(record.instanceId));
   }
 
   list(accountId: string, instanceId: string): Promise<Command[]> {
-    return this.db.command.findMany({ where: { accountId, instanceId }, orderBy: [{ startedAt: 'desc' }, { id: 'desc' }] });
+    return this.store.list(accountId, instanceId);
   }
 
   async get(accountId: string, instanceId: string, id: string): Promise<Command> {
-    const command = await this.db.command.findFirst({ where: { accountId, instanceId, id } });
+    const command = await this.store.find(accountId, instanceId, id);
     if (!command) throw new KisteError('C01', { param: 'id' });
     return command;
   }
@@ -105,7 +104,7 @@ export class Commands {
     const command = await this.get(accountId, instanceId, id);
     const cancel = this.cancels.get(id);
     if (command.status !== 'running' || !cancel) return { accepted: false, command };
-    const updated = await this.db.command.update({ where: { id }, data: { cancelRequestedAt: this.clock.now() } });
+    const updated = await this.store.recordCancelRequest(id, this.clock.now());
     cancel();
     return { accepted: true, command: updated };
   }
@@ -129,7 +128,7 @@ export class Commands {
     starting.catch(() => undefined); // awaited below; a stream closed before that must not leave it unhandled
     let exec: ExecHandle | undefined;
     let settled = false;
-    const settle = (data: CommandUpdate) => {
+    const settle = (data: CommandOutcome) => {
       settled = true;
       return this.finish(record, data, name);
     };
@@ -179,9 +178,9 @@ export class Commands {
     }
   }
 
-  private async finish(record: Command, data: CommandUpdate, name: string): Promise<void> {
+  private async finish(record: Command, data: CommandOutcome, name: string): Promise<void> {
     await this.db.$transaction(async (tx) => {
-      await tx.command.update({ where: { id: record.id }, data: { ...data, finishedAt: this.clock.now() } });
+      await this.store.finish(tx, record.id, data, this.clock.now());
       await appendEvent(tx, record.accountId, {
         type: 'command.completed', resourceType: 'command', resourceId: record.id, data: { instance: name, status: data.completionStatus ?? data.status },
       });

@@ -1,9 +1,8 @@
 // Instances: the spec's state table. Create and fork answer once the machine takes commands;
 // stop, resume, restart, upgrade and delete wait up to `lifecycleWaitMs` and then go on in the
 // background (the caller answers 202). Limits are checked under the account lock.
-import { freemem } from 'node:os';
 import { KisteError } from '../errors';
-import type { GuestIdentity, HostImage, ImageProfile, MachineHost, MachineShape } from '../compute/machine-host';
+import type { ForkedMachine, GuestIdentity, HostImage, ImageProfile, MachineHost, MachineShape, StartedMachine } from '../compute/machine-host';
 import type { AccountStore } from '../store/accounts';
 import type { DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
@@ -15,11 +14,12 @@ import { generateInstanceName } from './instance-names';
 import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationOutcome } from './instance-operations';
 import type { Limits } from './limits';
+import type { EnvironmentSetup } from './environment-setup';
+import type { Environments } from './environments';
+import type { Images } from './images';
 import { newId } from './secrets';
 import { parsePublicKey, PublicKeyError } from './ssh-public-key';
 
-/** The built-in image every create without `image` gets. */
-export const UNIVERSAL_IMAGE = 'universal';
 const DEFAULT_AUTO_SNAPSHOT_SECONDS = 300;
 
 export interface InstanceSettings {
@@ -43,6 +43,20 @@ export interface CreateInstance {
   autoSnapshotSeconds?: number | null;
 }
 
+export interface ForkRequest {
+  name: string;
+  ttlSeconds: number | null;
+  /** The copy continues the source's memory and processes instead of booting fresh. */
+  memory: boolean;
+}
+
+/** What a create applies besides the machine: the image it asked for and an environment version. */
+export interface Provisioning {
+  images: Pick<Images, 'forInstance'>;
+  environments: Pick<Environments, 'forInstance'>;
+  setup: Pick<EnvironmentSetup, 'apply'>;
+}
+
 export interface LifecycleAnswer {
   instance: Instance;
   /** False when the operation goes on in the background (HTTP 202). */
@@ -60,6 +74,7 @@ export class Instances {
     private readonly limits: Limits,
     private readonly clock: Clock,
     private readonly settings: InstanceSettings,
+    private readonly provisioning: Provisioning,
     logger: { error(object: object, message: string): void; warn(object: object, message: string): void },
   ) {
     this.operations = new InstanceOperations(db, stores.instances, clock, logger);
@@ -106,54 +121,72 @@ export class Instances {
 
   async create(accountId: string, request: CreateInstance): Promise<Instance> {
     const sshKey = validKey(request.sshPublicKey);
-    if (request.image && request.image !== UNIVERSAL_IMAGE) {
-      throw new KisteError('K20', { message: `No image named ${request.image}`, param: 'image' });
+    const chosen = await this.provisioning.images.forInstance(accountId, request.image);
+    if (chosen.minDiskMib !== null && request.diskMib < chosen.minDiskMib) {
+      throw new KisteError('K29', { message: `The image ${chosen.label} needs a disk of at least ${chosen.minDiskMib} MiB`, param: 'disk_mib' });
     }
-    if (request.environment) {
-      throw new KisteError('K30', { message: `No environment named ${request.environment}`, param: 'environment' });
-    }
-    const image = await this.startableImage();
+    const environment = request.environment ? await this.provisioning.environments.forInstance(accountId, request.environment) : null;
+    const served = await this.startableImage();
+    // A private image with a derived layer: the disk starts from the layer, the kernel is the served one's.
+    const image = chosen.layer ? { ...served, artifactKey: chosen.artifactKey ?? served.artifactKey, layer: chosen.layer } : served;
     const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
     checkShape(this.limits, shape); // a shape never allowed is L08, not a retryable L13
-    this.checkHostRoom(shape.memoryMib);
+    await this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
     const instance = await this.insert(accountId, request.name ?? null, shape, 'create', (name) => ({
-      image: request.image ?? UNIVERSAL_IMAGE,
+      image: chosen.label,
+      imageId: chosen.imageId,
+      components: chosen.components.map(({ id, version }) => ({ id, version })),
       imageProfile: image.profile,
       artifactKey: image.artifactKey,
+      environmentVersionId: environment?.versionId ?? null,
+      setupStatus: environment ? 'pending' : 'none',
       sshPublicKey: sshKey,
       autoSnapshotSeconds: request.autoSnapshotSeconds ?? DEFAULT_AUTO_SNAPSHOT_SECONDS,
       expiresAt: request.ttlSeconds ? new Date(now.getTime() + request.ttlSeconds * 1000) : null,
       guestHostname: name,
     }));
     const final = await this.operations.run(instance, async () => {
-      await this.host.createDisk(instance.id, image, shape.diskMib);
-      return this.bootOutcome(instance, image, shape, 'boot');
+      const identity = await this.identity(instance);
+      return startedOutcome(image, identity, await this.host.create(instance.id, image, shape, identity));
     });
-    return this.startedOrFailed(final);
+    const started = await this.startedOrFailed(final);
+    if (!environment) return started;
+    await this.provisioning.setup.apply(started, environment); // files now; clones and the script go on in the background
+    return (await this.stores.instances.findById(started.id)) ?? started;
   }
 
-  async fork(accountId: string, sourceName: string, name: string, ttlSeconds: number | null): Promise<Instance> {
+  async fork(accountId: string, sourceName: string, request: ForkRequest): Promise<Instance> {
     const source = await this.get(accountId, sourceName);
     if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
-    const image = await this.startableImage();
+    const current = await this.startableImage();
+    // A copy of the memory runs the kernel and devices the source runs; a fresh boot takes the newest image.
+    const image = request.memory && source.imageVersion
+      ? { profile: source.imageProfile as ImageProfile, version: source.imageVersion, artifactKey: source.artifactKey ?? source.imageVersion }
+      : current;
     const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
-    this.checkHostRoom(shape.memoryMib);
+    await this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
+    const { name, ttlSeconds } = request;
     const copy = await this.insert(accountId, name, shape, 'fork', (copyName) => ({
       image: source.image,
+      imageId: source.imageId,
+      components: source.components ?? undefined,
       imageProfile: source.imageProfile,
       artifactKey: source.artifactKey,
       imageVersion: source.imageVersion,
       sshPublicKey: source.sshPublicKey,
       autoSnapshotSeconds: source.autoSnapshotSeconds,
       environmentVersionId: source.environmentVersionId,
+      // The copy's disk holds what the source's setup did so far; a setup still going on is not the copy's.
+      setupStatus: source.setupStatus === 'pending' || source.setupStatus === 'running' ? 'failed' : source.setupStatus,
+      setupError: source.setupStatus === 'pending' || source.setupStatus === 'running' ? 'The machine was forked while its environment setup was running' : source.setupError,
       expiresAt: ttlSeconds ? new Date(now.getTime() + ttlSeconds * 1000) : null, // never the source's deadline
       guestHostname: copyName,
     }));
     const final = await this.operations.run(copy, async () => {
-      await this.host.forkDisk(source.id, copy.id);
-      return this.bootOutcome(copy, image, shape, 'boot');
+      const identity = await this.identity(copy);
+      return startedOutcome(image, identity, await this.host.fork(source.id, copy.id, image, shape, identity, { memory: request.memory }));
     });
     return this.startedOrFailed(final);
   }
@@ -356,12 +389,13 @@ export class Instances {
     const footprint = await this.stores.instances.footprint(instance.accountId);
     const others = footprint.runningMachines - (instance.desiredState === 'running' ? 1 : 0);
     checkStart(this.limits, { ...footprint, runningMachines: others });
-    this.checkHostRoom(instance.memoryMib);
+    await this.checkHostRoom(instance.memoryMib);
   }
 
   /** L13: the host must have the guest's memory free now, beside its reserve. */
-  private checkHostRoom(memoryMib: number): void {
-    checkHostCapacity(Math.floor(freemem() / 1048576), memoryMib, this.settings.hostMemoryReserveMib);
+  private async checkHostRoom(memoryMib: number): Promise<void> {
+    const { freeMemoryMib } = await this.host.capacity();
+    checkHostCapacity(freeMemoryMib, memoryMib, this.settings.hostMemoryReserveMib);
   }
 
   /**
@@ -384,17 +418,7 @@ export class Instances {
     const started = how === 'resume'
       ? await this.host.resume(instance.id, shape, image, identity)
       : await this.host.boot(instance.id, shape, image, identity);
-    return {
-      update: {
-        status: 'running',
-        desiredState: 'running',
-        sessionSaved: false,
-        errorMessage: null,
-        sshHostKeys: started.hostKeys.map((key) => ({ algorithm: key.algorithm, public_key: key.publicKey })),
-        ...(how === 'boot' ? { imageVersion: image.version, artifactKey: image.artifactKey, guestHostname: identity.hostname } : {}),
-      },
-      event: { type: 'instance.running', data: { resumed: how === 'resume' } },
-    };
+    return runningOutcome(started, how === 'boot' ? { image, hostname: identity.hostname } : null, { resumed: how === 'resume' });
   }
 
   private async stopOutcome(instance: Instance, saveSession: boolean): Promise<OperationOutcome> {
@@ -410,6 +434,27 @@ export class Instances {
     if (final.status !== 'running') throw new KisteError('K08', { message: `Instance ${final.name} could not be started: ${final.errorMessage ?? 'unknown error'}` });
     return final;
   }
+}
+
+/** A new machine (create, fork) runs: its image and host name are what it started with. */
+function startedOutcome(image: HostImage, identity: GuestIdentity, started: ForkedMachine): OperationOutcome {
+  const paused = started.sourcePausedMs === undefined ? {} : { source_paused_ms: started.sourcePausedMs };
+  return runningOutcome(started, { image, hostname: identity.hostname }, { resumed: false, started_from: started.startedFrom, ...paused });
+}
+
+/** The row after a start: running, with the host keys it answered (and, after a boot, its image and host name). */
+function runningOutcome(started: StartedMachine, booted: { image: HostImage; hostname: string } | null, data: Record<string, unknown>): OperationOutcome {
+  return {
+    update: {
+      status: 'running',
+      desiredState: 'running',
+      sessionSaved: false,
+      errorMessage: null,
+      sshHostKeys: started.hostKeys.map((key) => ({ algorithm: key.algorithm, public_key: key.publicKey })),
+      ...(booted ? { imageVersion: booted.image.version, artifactKey: booted.image.artifactKey, guestHostname: booted.hostname } : {}),
+    },
+    event: { type: 'instance.running', data },
+  };
 }
 
 function shapeOf(instance: Instance): MachineShape {

@@ -141,12 +141,11 @@ export class SignIn {
   /** Unlocks password sign-in; true when a lock was lifted. */
   async unlock(auth: AuthContext): Promise<boolean> {
     return this.db.$transaction(async (tx) => {
-      const account = await tx.account.findUniqueOrThrow({ where: { id: auth.accountId } });
-      await this.stores.accounts.unlock(tx, auth.accountId);
-      if (account.signInLockedAt) {
+      const unlocked = await this.stores.accounts.unlock(tx, auth.accountId);
+      if (unlocked) {
         await appendEvent(tx, auth.accountId, { type: 'account.updated', resourceType: 'account', resourceId: auth.accountId, data: { sign_in_unlocked: true } });
       }
-      return account.signInLockedAt !== null;
+      return unlocked;
     });
   }
 }

@@ -5,7 +5,7 @@
 // out everywhere. Device keys changed since the machine started are given to it at each opening.
 import type { Duplex } from 'node:stream';
 import { KisteError } from '../errors';
-import { AgentCallError } from '../compute/agent-client';
+import { AgentCallError } from '../compute/guest-agent';
 import type { MachineHost } from '../compute/machine-host';
 import type { Instances } from './instances';
 

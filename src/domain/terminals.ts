@@ -5,7 +5,7 @@
 // with the same capability reattaches to the same shell and first replays the recent output.
 // Sessions live in this process (a service restart ends them: the agent stops their commands).
 import { KisteError } from '../errors';
-import type { ExecHandle } from '../compute/agent-client';
+import type { ExecHandle } from '../compute/guest-agent';
 import type { MachineHost } from '../compute/machine-host';
 import type { Clock } from './clock';
 import type { Instances } from './instances';

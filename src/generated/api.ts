@@ -778,9 +778,26 @@ export interface paths {
         get: operations["GetEnvironment"];
         /**
          * Publish a new environment version
-         * @description Every change creates a new immutable version; instances keep the version they were created with.
+         * @description Every change creates a new immutable version; instances keep the version they were created with. A field left out keeps the current version's value (so secret files need not be sent again); a field given replaces it whole.
          */
         put: operations["UpdateEnvironment"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/environments/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the versions of an environment, newest first */
+        get: operations["ListEnvironmentVersions"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -837,7 +854,7 @@ export interface paths {
         put?: never;
         /**
          * Save a private image
-         * @description Every component is already in the universal image, so the image is ready at once.
+         * @description A selection whose components are all in the universal image is ready at once (`build_strategy` `universal`). Components outside it (`deb:<package>`, any Debian package by name) are built in the background into a derived disk layer inside a builder machine (`build_strategy` `derived_layer`, `status` `building`, then `ready` or `failed`; its log at GET /v1/images/{id}/build-log); identical selections share one cached layer.
          */
         post: operations["CreateImage"];
         delete?: never;
@@ -862,6 +879,26 @@ export interface paths {
          * @description 409 K21 while any instance uses it; the built-in image cannot be deleted (409 K22).
          */
         delete: operations["DeleteImage"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/{id}/build-log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the build log of a private image
+         * @description The builder machine's output (apt and the layer steps), the last 256 KiB. Empty for images that needed no build.
+         */
+        get: operations["GetImageBuildLog"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1055,7 +1092,7 @@ export interface paths {
         put?: never;
         /**
          * Fork a running instance
-         * @description Copies the disk of a running instance; the copy boots fresh, keeps the environment and checkpoint interval, never the deadline, and has no automatic stop unless `ttl_seconds` is given. Answers the new instance.
+         * @description Copies the disk of a running instance; the copy boots fresh, keeps the environment and checkpoint interval, never the deadline, and has no automatic stop unless `ttl_seconds` is given. With `memory` the copy also continues the source's memory and processes (the source pauses briefly) under an identity of its own (host name, machine id, SSH host keys, a reseeded random generator). Answers the new instance.
          */
         post: operations["ForkInstance"];
         delete?: never;
@@ -1192,6 +1229,26 @@ export interface paths {
         post?: never;
         /** Unpublish a hosted service */
         delete: operations["DeleteService"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/instances/{name}/setup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read the environment setup of an instance
+         * @description What applying the instance's environment version did — secret files and variables written, repositories cloned, the setup script — with each step's timing and the combined output (the last 64 KiB). Secret file contents never appear here.
+         */
+        get: operations["GetInstanceSetup"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1926,7 +1983,7 @@ export interface components {
         };
         /** @description A component selected at an exact version. */
         ComponentRef: {
-            /** @description Component id (see GET /v1/image-components). */
+            /** @description Component id (see GET /v1/image-components), or `deb:<package>` for any Debian package outside the universal image (version `latest`, or an exact Debian version). */
             id: string;
             /** @description Exact component version. */
             version: string;
@@ -1950,11 +2007,11 @@ export interface components {
             object: "event";
             resource_id: string;
             /** @enum {string} */
-            resource_type: "instance" | "command" | "snapshot" | "webhook" | "alert" | "api_token" | "device_key" | "session" | "account";
+            resource_type: "instance" | "command" | "snapshot" | "webhook" | "alert" | "api_token" | "device_key" | "session" | "account" | "image" | "environment";
             /** Format: int64 */
             sequence: number;
             type: components["schemas"]["EventType"];
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         ControlHealth: {
             region: string | null;
             service: string;
@@ -2284,6 +2341,15 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** @description List of EnvironmentVersionResponse, newest first. */
+        EnvironmentVersionList: {
+            data: components["schemas"]["EnvironmentVersionResponse"][];
+            first_id: string | null;
+            has_more: boolean;
+            last_id: string | null;
+            /** @constant */
+            object: "list";
+        };
         EnvironmentVersionResponse: {
             /** Format: date-time */
             created_at: string;
@@ -2325,7 +2391,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K20" | "K21" | "K22" | "K30" | "K31" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L13" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L13" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -2338,7 +2404,7 @@ export interface components {
          * @description Every event type of the account stream. The `data` of each is defined in ControlEventResponse.
          * @enum {string}
          */
-        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested";
+        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated";
         ExecCompletedEvent: {
             /** Format: int64 */
             duration_ms: number;
@@ -2410,6 +2476,11 @@ export interface components {
             ttl_seconds: number;
         };
         ForkInstanceRequest: {
+            /**
+             * @description The copy continues the source's RAM and running processes instead of booting fresh (its host name, machine id and SSH host keys are its own; connections the source had are not carried over).
+             * @default false
+             */
+            memory: boolean;
             name: components["schemas"]["InstanceName"];
             /**
              * Format: int32
@@ -2451,6 +2522,30 @@ export interface components {
             credential?: string;
             urls: string[];
             username?: string;
+        };
+        ImageBuild: {
+            /** Format: int64 */
+            duration_ms: number | null;
+            /** @description Why the build failed, with the tail of its log. */
+            error: string | null;
+            /** Format: date-time */
+            finished_at: string | null;
+            /** @description Debian packages installed into the layer, `name=version` once built. */
+            packages: string[];
+            /** Format: int32 */
+            progress_percent: number;
+            /** Format: date-time */
+            started_at: string | null;
+            /** @description What the builder does now (e.g. `booting builder`, `installing packages`, `publishing layer`). */
+            step: string | null;
+        };
+        ImageBuildLogResponse: {
+            image_id: string;
+            log: string;
+            /** @constant */
+            object: "image_build_log";
+            /** @description Earlier output was dropped; only the last 256 KiB are kept. */
+            truncated: boolean;
         };
         ImageComponent: {
             category: string;
@@ -2501,6 +2596,8 @@ export interface components {
         ImageResponse: {
             artifact_key: string;
             base_image: string | null;
+            /** @description The derived layer's build; null for images that need none. */
+            build: components["schemas"]["ImageBuild"] | null;
             build_strategy: string;
             builtin: boolean;
             components: components["schemas"]["ComponentRef"][];
@@ -2515,6 +2612,11 @@ export interface components {
             /** @description Recommended resources. */
             resources: components["schemas"]["ImageResources"] | null;
             slug: string;
+            /**
+             * @description `ready` — instances can be created from it; `building` — its derived layer is being built; `failed` — the build failed (see `build.error` and the build log).
+             * @enum {string}
+             */
+            status: "ready" | "building" | "failed";
         };
         /** @description List of InstanceResponse. */
         InstanceList: {
@@ -2611,6 +2713,47 @@ export interface components {
             updated_at: string;
             /** Format: int32 */
             vcpu: number;
+        };
+        InstanceSetupResponse: {
+            /** @description The environment the applied version belongs to. */
+            environment_name: string | null;
+            /**
+             * Format: int32
+             * @description The applied version's number.
+             */
+            environment_version: number | null;
+            /** Format: uuid */
+            environment_version_id: string | null;
+            error: string | null;
+            instance: string;
+            /** @constant */
+            object: "instance_setup";
+            /** @description The clone and setup script output, stdout and stderr together. */
+            output: string;
+            output_truncated: boolean;
+            /**
+             * @description The instance's `setup_status`; `none` for instances created without an environment.
+             * @enum {string}
+             */
+            status: "none" | "pending" | "running" | "succeeded" | "failed";
+            steps: components["schemas"]["InstanceSetupStep"][];
+        };
+        InstanceSetupStep: {
+            /** @description The repository URL and checkout path of a clone step; the exit status of a failed step. */
+            detail: string | null;
+            /** Format: int64 */
+            duration_ms: number | null;
+            /** Format: date-time */
+            finished_at: string | null;
+            /**
+             * @description `files` — secret files and variables written; `clone` — one repository cloned; `setup_script` — the setup script.
+             * @enum {string}
+             */
+            name: "files" | "clone" | "setup_script";
+            /** Format: date-time */
+            started_at: string | null;
+            /** @enum {string} */
+            status: "pending" | "running" | "succeeded" | "failed";
         };
         InterruptCommandRequest: {
             reason?: string | null;
@@ -2855,7 +2998,9 @@ export interface components {
             name: components["schemas"]["InstanceName"];
         };
         RepositorySpec: {
-            /** @description Checkout directory; derived from the URL when null. */
+            /** @description Path of one of the environment's secret files holding the clone credentials — for `https://` and `http://` URLs a git-credentials file (`https://user:token@host` lines), for `ssh://` and `user@host:path` URLs a private key. URLs never carry credentials themselves. */
+            credentials_file?: string | null;
+            /** @description Absolute checkout directory in the machine; `/root/<repository name>` when null. */
             path?: string | null;
             /** @description Branch, tag or commit; the default branch when null. */
             ref?: string | null;
@@ -4727,6 +4872,7 @@ export interface operations {
             409: components["responses"]["Error"];
             413: components["responses"]["Error"];
             415: components["responses"]["Error"];
+            422: components["responses"]["Error"];
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
@@ -4797,9 +4943,44 @@ export interface operations {
             404: components["responses"]["Error"];
             413: components["responses"]["Error"];
             415: components["responses"]["Error"];
+            422: components["responses"]["Error"];
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListEnvironmentVersions: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                /** @description Environment name. */
+                name: components["parameters"]["EnvironmentName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvironmentVersionList"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -4875,6 +5056,7 @@ export interface operations {
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            503: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -4910,6 +5092,7 @@ export interface operations {
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            503: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -4947,6 +5130,7 @@ export interface operations {
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            503: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -4979,6 +5163,7 @@ export interface operations {
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            503: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -5015,6 +5200,37 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    GetImageBuildLog: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Image ID, slug or name. */
+                id: components["parameters"]["ImageId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageBuildLogResponse"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
     ResolveImage: {
         parameters: {
             query?: never;
@@ -5048,6 +5264,7 @@ export interface operations {
             429: components["responses"]["Error"];
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
+            503: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -5849,6 +6066,37 @@ export interface operations {
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
             503: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetInstanceSetup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Instance name. */
+                name: components["parameters"]["InstanceName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InstanceSetupResponse"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };
@@ -6768,16 +7016,20 @@ export const accountDeletionStepValues: ReadonlyArray<FlattenedDeepRequired<comp
 export const alertKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AlertKind"]> = ["webhook_created", "disk_almost_full", "webhook_failing", "instance_error", "api_key_expiring", "new_sign_in"];
 export const alertPreferencesResponseEmail_deliveryValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AlertPreferencesResponse"]["email_delivery"]> = ["configured", "unconfigured"];
 export const billingPlanStateStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BillingPlanState"]["state"]> = ["none", "active", "past_due", "canceled"];
-export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account"];
+export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account", "image", "environment"];
 export const controlPlaneFeaturesAcceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneFeatures"]["accelerator"]> = ["kvm", "tcg", "none"];
 export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateInstanceRequest"]["profile"]> = ["desktop"];
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K20", "K21", "K22", "K30", "K31", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L13", "B01", "B02", "B03"];
-export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L13", "B01", "B02", "B03"];
+export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];
+export const imageResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageResponse"]["status"]> = ["ready", "building", "failed"];
 export const instanceResponseProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceResponse"]["profile"]> = ["desktop"];
+export const instanceSetupResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceSetupResponse"]["status"]> = ["none", "pending", "running", "succeeded", "failed"];
+export const instanceSetupStepNameValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceSetupStep"]["name"]> = ["files", "clone", "setup_script"];
+export const instanceSetupStepStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceSetupStep"]["status"]> = ["pending", "running", "succeeded", "failed"];
 export const invoiceStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Invoice"]["status"]> = ["draft", "paid", "open", "void", "uncollectible"];
 export const ledgerEntryBucketValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LedgerEntry"]["bucket"]> = ["plan", "purchased"];
 export const ledgerEntryKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LedgerEntry"]["kind"]> = ["grant", "purchase", "spend", "expire"];

@@ -11,13 +11,16 @@ import { handler as ConsolePage } from '../../handlers/ConsolePage';
 import { handler as CreateApiToken } from '../../handlers/CreateApiToken';
 import { handler as CreateDesktopLink } from '../../handlers/CreateDesktopLink';
 import { handler as CreateDesktopSession } from '../../handlers/CreateDesktopSession';
+import { handler as CreateEnvironment } from '../../handlers/CreateEnvironment';
 import { handler as CreateExport } from '../../handlers/CreateExport';
+import { handler as CreateImage } from '../../handlers/CreateImage';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
 import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
 import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
 import { handler as DeleteApiToken } from '../../handlers/DeleteApiToken';
 import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
+import { handler as DeleteImage } from '../../handlers/DeleteImage';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
 import { handler as DeleteWebhook } from '../../handlers/DeleteWebhook';
@@ -35,15 +38,20 @@ import { handler as GetCliBundle } from '../../handlers/GetCliBundle';
 import { handler as GetCommand } from '../../handlers/GetCommand';
 import { handler as GetConsoleAsset } from '../../handlers/GetConsoleAsset';
 import { handler as GetConsoleSession } from '../../handlers/GetConsoleSession';
+import { handler as GetEnvironment } from '../../handlers/GetEnvironment';
 import { handler as GetErrorDoc } from '../../handlers/GetErrorDoc';
+import { handler as GetImage } from '../../handlers/GetImage';
+import { handler as GetImageBuildLog } from '../../handlers/GetImageBuildLog';
 import { handler as GetInstallPowerShell } from '../../handlers/GetInstallPowerShell';
 import { handler as GetInstallScript } from '../../handlers/GetInstallScript';
 import { handler as GetInstance } from '../../handlers/GetInstance';
 import { handler as GetInstanceLogs } from '../../handlers/GetInstanceLogs';
 import { handler as GetInstanceMetrics } from '../../handlers/GetInstanceMetrics';
+import { handler as GetInstanceSetup } from '../../handlers/GetInstanceSetup';
 import { handler as GetMe } from '../../handlers/GetMe';
 import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument';
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
+import { handler as GetRuntimeImage } from '../../handlers/GetRuntimeImage';
 import { handler as GetSshHostKey } from '../../handlers/GetSshHostKey';
 import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as GetWebhook } from '../../handlers/GetWebhook';
@@ -53,7 +61,11 @@ import { handler as ListAlerts } from '../../handlers/ListAlerts';
 import { handler as ListApiTokens } from '../../handlers/ListApiTokens';
 import { handler as ListCommands } from '../../handlers/ListCommands';
 import { handler as ListDeviceKeys } from '../../handlers/ListDeviceKeys';
+import { handler as ListEnvironments } from '../../handlers/ListEnvironments';
+import { handler as ListEnvironmentVersions } from '../../handlers/ListEnvironmentVersions';
 import { handler as ListEvents } from '../../handlers/ListEvents';
+import { handler as ListImageComponents } from '../../handlers/ListImageComponents';
+import { handler as ListImages } from '../../handlers/ListImages';
 import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListSessions } from '../../handlers/ListSessions';
 import { handler as ListWebhookDeliveries } from '../../handlers/ListWebhookDeliveries';
@@ -68,6 +80,7 @@ import { handler as OpenSshTunnel } from '../../handlers/OpenSshTunnel';
 import { handler as PostDesktopOffer } from '../../handlers/PostDesktopOffer';
 import { handler as RenameInstance } from '../../handlers/RenameInstance';
 import { handler as RenewDesktopSession } from '../../handlers/RenewDesktopSession';
+import { handler as ResolveImage } from '../../handlers/ResolveImage';
 import { handler as RestartInstance } from '../../handlers/RestartInstance';
 import { handler as ResumeInstance } from '../../handlers/ResumeInstance';
 import { handler as RevokeAllSessions } from '../../handlers/RevokeAllSessions';
@@ -77,6 +90,7 @@ import { handler as StopInstance } from '../../handlers/StopInstance';
 import { handler as TestWebhook } from '../../handlers/TestWebhook';
 import { handler as UnlockSignIn } from '../../handlers/UnlockSignIn';
 import { handler as UpdateAlertPreferences } from '../../handlers/UpdateAlertPreferences';
+import { handler as UpdateEnvironment } from '../../handlers/UpdateEnvironment';
 import { handler as UpdateWebhook } from '../../handlers/UpdateWebhook';
 import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 
@@ -90,13 +104,16 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   CreateApiToken,
   CreateDesktopLink,
   CreateDesktopSession,
+  CreateEnvironment,
   CreateExport,
+  CreateImage,
   CreateInstance,
   CreateTerminalSession,
   CreateWebhook,
   DeleteAccount,
   DeleteApiToken,
   DeleteDeviceKey,
+  DeleteImage,
   DeleteInstance,
   DeleteSession,
   DeleteWebhook,
@@ -114,15 +131,20 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetCommand,
   GetConsoleAsset,
   GetConsoleSession,
+  GetEnvironment,
   GetErrorDoc,
+  GetImage,
+  GetImageBuildLog,
   GetInstallPowerShell,
   GetInstallScript,
   GetInstance,
   GetInstanceLogs,
   GetInstanceMetrics,
+  GetInstanceSetup,
   GetMe,
   GetOpenApiDocument,
   GetPlatformStatus,
+  GetRuntimeImage,
   GetSshHostKey,
   GetStatus,
   GetWebhook,
@@ -132,7 +154,11 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ListApiTokens,
   ListCommands,
   ListDeviceKeys,
+  ListEnvironments,
+  ListEnvironmentVersions,
   ListEvents,
+  ListImageComponents,
+  ListImages,
   ListInstances,
   ListSessions,
   ListWebhookDeliveries,
@@ -147,6 +173,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   PostDesktopOffer,
   RenameInstance,
   RenewDesktopSession,
+  ResolveImage,
   RestartInstance,
   ResumeInstance,
   RevokeAllSessions,
@@ -156,6 +183,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   TestWebhook,
   UnlockSignIn,
   UpdateAlertPreferences,
+  UpdateEnvironment,
   UpdateWebhook,
   UpgradeInstance,
 };

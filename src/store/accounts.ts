@@ -48,8 +48,11 @@ export class AccountStore {
     await tx.account.update({ where: { id }, data: { updatedAt: new Date() } });
   }
 
-  unlock(tx: Tx, id: string): Promise<Account> {
-    return tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
+  /** Lifts the password sign-in lock and forgets the failures; true when a lock was lifted. */
+  async unlock(tx: Tx, id: string): Promise<boolean> {
+    const account = await tx.account.findUniqueOrThrow({ where: { id } });
+    await tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
+    return account.signInLockedAt !== null;
   }
 
   /** Marks the account; false when a deletion was already requested (a concurrent request won). */

@@ -18,8 +18,13 @@ export class InstanceStore {
     return tx.instance.findUnique({ where: { accountId_name: { accountId, name } } });
   }
 
-  findById(id: string): Promise<Instance | null> {
-    return this.db.instance.findUnique({ where: { id } });
+  findById(id: string, tx: Tx | Db = this.db): Promise<Instance | null> {
+    return tx.instance.findUnique({ where: { id } });
+  }
+
+  /** The environment setup's background part began; a finished setup is left as it is. */
+  async markSetupRunning(id: string): Promise<void> {
+    await this.db.instance.updateMany({ where: { id, setupStatus: { in: ['pending', 'running'] } }, data: { setupStatus: 'running' } });
   }
 
   /**

@@ -81,7 +81,8 @@ describe('console account pages', () => {
     await page.evaluate('window.marker = 1');
     await rig.t.api.post('/v1/api-tokens').set(bearer(cli)).send({ label: 'arrives live', expires_in_seconds: 3600 }).expect(200);
     const created = page.getByText('api_token.created');
-    await page.waitForFunction("document.body.innerText.split('api_token.created').length - 1 >= 2", undefined, { timeout: 40_000 });
+    // A locator wait, not a string predicate: polling a string is an eval, which the console's CSP refuses.
+    await created.nth(1).waitFor({ timeout: 40_000 });
     expect(await created.count()).toBeGreaterThanOrEqual(2);
     expect(await page.evaluate('window.marker')).toBe(1); // same page, no reload
     await screenshot(page, 'events');

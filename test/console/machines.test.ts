@@ -95,4 +95,22 @@ describe('console machine pages with a real guest', () => {
     await expect(page.getByRole('meter', { name: 'Machines', exact: true }).getAttribute('aria-valuenow')).resolves.toBe('1');
     await screenshot(page, 'home');
   });
+
+  test('fork with its memory from the machine page: the copy goes on with the source\'s programs', async () => {
+    const source = await machineId();
+    expect(await guestRun(rig.t, source, 'echo only-in-memory > /dev/shm/marker; setsid sleep 100000 > /dev/null 2>&1 < /dev/null & echo $! > /dev/shm/sleeper')).toMatchObject({ exitCode: 0 });
+    await page.goto(`${rig.url}/console/machines/${NAME}`);
+    await page.getByRole('group', { name: 'Machine actions' }).getByRole('button', { name: 'Fork', exact: true }).click();
+    const dialog = page.getByRole('dialog', { name: `Fork ${NAME}` });
+    await dialog.getByRole('checkbox', { name: /Copy its memory too/ }).check();
+    await dialog.getByText('goes on where this machine is').waitFor();
+    await screenshot(page, 'fork-with-memory');
+    await dialog.getByRole('button', { name: 'Fork machine' }).click();
+    await page.waitForURL(`${rig.url}/console/machines/${NAME}-copy`, { timeout: BOOT_MS });
+    await statusShown('running', BOOT_MS);
+    const copy = (await rig.t.api.get(`/v1/instances/${NAME}-copy`).set(bearer(key)).expect(200)).body;
+    const inCopy = await guestRun(rig.t, copy.id, 'cat /dev/shm/marker; kill -0 "$(cat /dev/shm/sleeper)" && echo alive; hostname');
+    expect(inCopy).toMatchObject({ exitCode: 0, stdout: `only-in-memory\nalive\n${NAME}-copy\n` });
+    await screenshot(page, 'fork-copy');
+  }, BOOT_MS + 60_000);
 });

@@ -278,8 +278,8 @@ describe('HTTP rules', () => {
   describe('operations not implemented yet', () => {
     it.each([
       ['GET', '/v1/snapshots', 'ListSnapshots'],
-      ['POST', '/v1/images', 'CreateImage'],
-      ['GET', '/v1/runtime/image', 'GetRuntimeImage'],
+      ['GET', '/v1/billing', 'GetBilling'],
+      ['GET', '/v1/billing/invoices', 'ListInvoices'],
     ] as const)('%s %s answers 501 P09 signed in and 401 A01 without credentials', async (method, path, id) => {
       expect(operation(id).implemented).toBe(false);
       const key = await apiKeyFor(t, await createAccount(t));

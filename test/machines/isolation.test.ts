@@ -5,8 +5,6 @@
 // the package mirror work; two machines cannot reach each other. Their QEMUs run as users of their
 // own (non-zero, different uids) under seccomp, in their cgroups, with their files only. A host
 // that cannot jail machines refuses to start them (503 K09) and stores nothing.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
 import { lstatSync, readFileSync, statSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
@@ -17,6 +15,7 @@ import { listQemuProcesses } from '../../src/compute/qemu';
 import { classifyAddress } from '../../src/net/special-addresses';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { guestRun } from '../support/guest';
+import { privateNetwork } from '../support/netns';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
@@ -26,30 +25,9 @@ const PRIVATE_PORT = 8081;
 
 /** A host on a private network the host itself reaches: a network namespace behind a veth pair. */
 function privateTarget(): { address: string; close(): void } {
-  const tag = randomBytes(2).toString('hex');
-  const ns = `kiste-iso-${tag}`;
-  const subnet = `172.31.${parseInt(tag, 16) % 250}`;
-  const sh = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
-  sh('netns', 'add', ns);
-  sh('link', 'add', `kiso${tag}h`, 'type', 'veth', 'peer', 'name', `kiso${tag}n`, 'netns', ns);
-  sh('addr', 'add', `${subnet}.1/30`, 'dev', `kiso${tag}h`);
-  sh('link', 'set', `kiso${tag}h`, 'up');
-  sh('-n', ns, 'addr', 'add', `${subnet}.2/30`, 'dev', `kiso${tag}n`);
-  sh('-n', ns, 'link', 'set', `kiso${tag}n`, 'up');
-  sh('-n', ns, 'link', 'set', 'lo', 'up');
-  const server: ChildProcess = spawn('ip', ['netns', 'exec', ns, 'socat', `TCP-LISTEN:${PRIVATE_PORT},fork,reuseaddr`, 'SYSTEM:echo private-ok'], { stdio: 'ignore' });
-  return {
-    address: `${subnet}.2`,
-    close() {
-      server.kill();
-      try {
-        sh('link', 'del', `kiso${tag}h`);
-      } catch {
-        // gone with the namespace
-      }
-      sh('netns', 'del', ns);
-    },
-  };
+  const network = privateNetwork('iso', 31);
+  network.spawn(['socat', `TCP-LISTEN:${PRIVATE_PORT},fork,reuseaddr`, 'SYSTEM:echo private-ok']);
+  return network;
 }
 
 /** What the host itself gets from a TCP service (the control beside the guest's attempt). */

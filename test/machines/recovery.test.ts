@@ -5,7 +5,7 @@
 // session once its save has begun): the next start finishes or rolls back the operation, so the
 // instance is running with commands working, or stopped with no QEMU, and holds no operation; and a
 // machine adopted after a restart still stops with its session and resumes it.
-import { existsSync, readdirSync, watch } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, watch } from 'node:fs';
 import { join } from 'node:path';
 import request from 'supertest';
 import { listQemuProcesses } from '../../src/compute/qemu';
@@ -20,6 +20,46 @@ jest.setTimeout(900_000);
 const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
 const ADMIN = { email: 'admin@example.com', password: 'a long admin password 42' };
 
+/** The service's configuration for a run on `fresh`, listening on `port`. */
+function serviceEnv(fresh: FreshDatabase, port: number, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: fresh.dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg',
+    KISTE_ADMIN_EMAIL: ADMIN.email, KISTE_ADMIN_PASSWORD: ADMIN.password, ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}), ...extra,
+  };
+}
+
+/** Signs the admin in and makes an API key: the header that carries it. */
+async function adminKey(url: string, label: string): Promise<Record<string, string>> {
+  const login = await request(url).post('/v1/auth/login').send(ADMIN).expect(checkContract).expect(200);
+  const cookie = (login.headers['set-cookie'] as unknown as string[]).find((line) => line.startsWith('kiste_session='))!.split(';')[0]!;
+  const key = (await request(url).post('/v1/api-tokens').set('cookie', cookie).set('x-csrf-token', login.body.csrf)
+    .send({ label, expires_in_seconds: 3600 }).expect(200)).body.token as string;
+  return { authorization: `Bearer ${key}` };
+}
+
+/** Stops the services a describe started, kills QEMUs they left, and drops the database and data folder. */
+async function cleanUp(fresh: FreshDatabase | undefined, started: ServiceProcess[]): Promise<void> {
+  for (const service of started) await service.ensureStopped();
+  if (!fresh) return;
+  for (const qemu of listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir))) process.kill(qemu.pid, 'SIGKILL');
+  await fresh.cleanup();
+}
+
+/**
+ * Boot snapshot templates the service makes in the background (of an image version new to it) are its
+ * own machines, not orphans: the "nothing left" checks leave them out.
+ */
+const notTemplate = (name: string | undefined) => !name?.startsWith('snapshot-');
+
+/** The image may still be being published by the service's start-up build: K06 is retryable. */
+async function retryWhileImageNotReady(send: () => request.Test): Promise<request.Response> {
+  for (let attempt = 0; ; attempt++) {
+    const res = await send();
+    if (res.status !== 503 || res.body.error?.code !== 'K06' || attempt > 30) return res;
+    await sleep(2000);
+  }
+}
+
 describe('kill -9 of the service with a running machine', () => {
   let fresh: FreshDatabase;
   const started: ServiceProcess[] = [];
@@ -28,35 +68,19 @@ describe('kill -9 of the service with a running machine', () => {
     await ensureTestImage();
     fresh = await freshDatabaseUrl();
   });
-  afterAll(async () => {
-    for (const service of started) await service.ensureStopped();
-    for (const qemu of listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir))) process.kill(qemu.pid, 'SIGKILL');
-    await fresh.cleanup();
-  });
+  afterAll(() => cleanUp(fresh, started));
 
   it('adopts the machine after a restart and deletes it cleanly', async () => {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
-    const env = {
-      KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: fresh.dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg',
-      KISTE_ADMIN_EMAIL: ADMIN.email, KISTE_ADMIN_PASSWORD: ADMIN.password, ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),
-    };
+    const env = serviceEnv(fresh, port);
     const api = () => request(url);
     const first = new ServiceProcess(env);
     started.push(first);
     await first.listening();
-    const login = await api().post('/v1/auth/login').send(ADMIN).expect(checkContract).expect(200);
-    const cookie = (login.headers['set-cookie'] as unknown as string[]).find((line) => line.startsWith('kiste_session='))!.split(';')[0]!;
-    const key = (await api().post('/v1/api-tokens').set('cookie', cookie).set('x-csrf-token', login.body.csrf)
-      .send({ label: 'recovery', expires_in_seconds: 3600 }).expect(200)).body.token as string;
-    const auth = { authorization: `Bearer ${key}` };
-    let created;
-    for (let attempt = 0; ; attempt++) {
-      // the image may still be being published by the service's start-up build: K06 is retryable
-      created = await api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'survivor', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY });
-      if (created.status !== 503 || attempt > 30) break;
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-    }
+    const auth = await adminKey(url, 'recovery');
+    const created = await retryWhileImageNotReady(() => api().post('/v1/instances').set(auth)
+      .send({ profile: 'desktop', name: 'survivor', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY }));
     expect(created.status).toBe(200);
     const id = created.body.id as string;
     const qemuBefore = listQemuProcesses().filter((p) => p.machineId === id);
@@ -78,8 +102,8 @@ describe('kill -9 of the service with a running machine', () => {
 
     await api().delete('/v1/instances/survivor').set(auth).expect(checkContract).expect(200);
     expect(listQemuProcesses().filter((p) => p.machineId === id)).toEqual([]);
-    expect(readdirSync(join(fresh.dataDir, 'machines'))).toEqual([]);
-    expect(readdirSync(join(fresh.dataDir, 'layers'))).toEqual([]);
+    expect(readdirSync(join(fresh.dataDir, 'machines')).filter(notTemplate)).toEqual([]);
+    expect(readdirSync(join(fresh.dataDir, 'layers')).filter(notTemplate)).toEqual([]);
   });
 });
 
@@ -107,16 +131,9 @@ describe('kill -9 of the service in the middle of an operation', () => {
     fresh = await freshDatabaseUrl();
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    env = {
-      KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: fresh.dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg',
-      KISTE_ADMIN_EMAIL: ADMIN.email, KISTE_ADMIN_PASSWORD: ADMIN.password, ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),
-    };
+    env = serviceEnv(fresh, port);
   });
-  afterAll(async () => {
-    for (const service of started) await service.ensureStopped();
-    for (const qemu of listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir))) process.kill(qemu.pid, 'SIGKILL');
-    await fresh.cleanup();
-  });
+  afterAll(() => cleanUp(fresh, started));
 
   async function startService(): Promise<ServiceProcess> {
     const service = new ServiceProcess(env);
@@ -136,7 +153,7 @@ describe('kill -9 of the service in the middle of an operation', () => {
   }
 
   const qemuOf = (id: string) => listQemuProcesses().filter((p) => p.machineId === id).map((p) => p.pid);
-  const ours = () => listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir));
+  const ours = () => listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir) && notTemplate(p.machineId));
 
   /** One exec over HTTP, bounded: the stdout of a clean exit, or null (machine not answering yet). */
   async function execOnce(name: string, argv: string[]): Promise<string | null> {
@@ -151,14 +168,6 @@ describe('kill -9 of the service in the middle of an operation', () => {
     }
   }
 
-  /** The image may still be being published by the service's start-up build: K06 is retryable. */
-  async function retryWhileImageNotReady(send: () => request.Test): Promise<request.Response> {
-    for (let attempt = 0; ; attempt++) {
-      const res = await send();
-      if (res.status !== 503 || res.body.error?.code !== 'K06' || attempt > 30) return res;
-      await sleep(2000);
-    }
-  }
 
   /** The row after a restart of the service: no operation, and a state the host agrees with. */
   async function expectConsistent(name: string, id: string, execWithinMs: number): Promise<'running' | 'stopped'> {
@@ -191,11 +200,7 @@ describe('kill -9 of the service in the middle of an operation', () => {
 
   it('adopts the new machine when a restart is cut short while it boots', async () => {
     service = await startService();
-    const login = await api().post('/v1/auth/login').send(ADMIN).expect(checkContract).expect(200);
-    const cookie = (login.headers['set-cookie'] as unknown as string[]).find((line) => line.startsWith('kiste_session='))!.split(';')[0]!;
-    const key = (await api().post('/v1/api-tokens').set('cookie', cookie).set('x-csrf-token', login.body.csrf)
-      .send({ label: 'midway', expires_in_seconds: 3600 }).expect(200)).body.token as string;
-    auth = { authorization: `Bearer ${key}` };
+    auth = await adminKey(url, 'midway');
     const created = await retryWhileImageNotReady(() => api().post('/v1/instances').set(auth)
       .send({ profile: 'desktop', name: 'midway', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY }));
     expect(created.status).toBe(200);
@@ -275,8 +280,97 @@ describe('kill -9 of the service in the middle of an operation', () => {
 
     await api().delete('/v1/instances/midway').set(auth).expect(checkContract).expect(200);
     expect(ours()).toEqual([]);
-    expect(readdirSync(join(fresh.dataDir, 'machines'))).toEqual([]);
+    expect(readdirSync(join(fresh.dataDir, 'machines')).filter(notTemplate)).toEqual([]);
     service.signal('SIGTERM');
     await service.waitExit(30_000);
   });
 });
+
+describe('kill -9 of the service with a machine restored from a boot snapshot', () => {
+  let fresh: FreshDatabase;
+  const started: ServiceProcess[] = [];
+  /** A configuration few other tests use, so its snapshot is made here (or found, made by this test's other run). */
+  const SHAPE = { vcpu: 1, memory_mib: 736, disk_mib: 2560 };
+
+  beforeAll(async () => {
+    await ensureTestImage();
+    fresh = await freshDatabaseUrl();
+  });
+  afterAll(() => cleanUp(fresh, started));
+
+  /** A ready boot snapshot of SHAPE on the served image version (its folder's snapshot.json is written last). */
+  const snapshotReady = () => {
+    const served = (JSON.parse(readFileSync(join(TEST_IMAGE_DIR, 'latest.json'), 'utf8')) as Record<string, { version: string }>).minimal.version;
+    const root = join(TEST_IMAGE_DIR, served, 'boot-snapshots');
+    return existsSync(root) && readdirSync(root).some((key) => {
+      try {
+        const manifest = JSON.parse(readFileSync(join(root, key, 'snapshot.json'), 'utf8')) as { vcpu: number; memory_mib: number };
+        return manifest.vcpu === SHAPE.vcpu && manifest.memory_mib === SHAPE.memory_mib;
+      } catch {
+        return false;
+      }
+    });
+  };
+
+  it('adopts the restored copy after a restart; it runs commands, keeps its identity, and stops with its session', async () => {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const env = serviceEnv(fresh, port, { KISTE_BOOT_SNAPSHOTS: 'on' });
+    const api = () => request(url);
+    const first = new ServiceProcess(env);
+    started.push(first);
+    await first.listening();
+    const auth = await adminKey(url, 'restored');
+    const create = (name: string) => retryWhileImageNotReady(() => api().post('/v1/instances').set(auth).send({ profile: 'desktop', name, ...SHAPE, ssh_public_key: SSH_KEY }));
+    const startedFrom = async (id: string) => {
+      const events = await api().get('/v1/events').query({ tail: 200 }).set(auth).expect(200);
+      return events.body.data.find((e: { type: string; resource_id: string }) => e.type === 'instance.running' && e.resource_id === id)?.data.started_from;
+    };
+
+    // The first create of the configuration makes its snapshot in the background (or finds it made).
+    expect((await create('maker')).status).toBe(200);
+    await waitUntil('the boot snapshot of the configuration', snapshotReady, 600_000, 1000);
+    const created = await create('restored');
+    expect(created.status).toBe(200);
+    const id = created.body.id as string;
+    expect(await startedFrom(id)).toBe('snapshot');
+    const machineId = (await execOf(api, auth, 'restored', ['cat', '/etc/machine-id']))!;
+    const qemuBefore = listQemuProcesses().filter((p) => p.machineId === id).map((p) => p.pid);
+    expect(qemuBefore).toHaveLength(1);
+
+    first.killHard();
+    await first.waitExit(10_000);
+    const second = new ServiceProcess(env);
+    started.push(second);
+    await second.listening();
+    expect((await api().get('/v1/instances/restored').set(auth).expect(checkContract).expect(200)).body.status).toBe('running');
+    expect(listQemuProcesses().filter((p) => p.machineId === id).map((p) => p.pid)).toEqual(qemuBefore); // adopted, not rebooted
+    expect(await execOf(api, auth, 'restored', ['hostname'])).toBe('restored\n');
+    expect(await execOf(api, auth, 'restored', ['cat', '/etc/machine-id'])).toBe(machineId);
+
+    // Its memory session works like any machine's: the process started before the stop is alive after the resume.
+    expect(await execOf(api, auth, 'restored', ['sh', '-c', 'setsid sleep 100000 > /dev/null 2>&1 < /dev/null & echo $! > /tmp/sleeper; echo started'])).toBe('started\n');
+    const settled = (status: string) => waitUntil(`the machine to be ${status}`, async () => {
+      const body = (await api().get('/v1/instances/restored').set(auth).expect(200)).body;
+      return body.status === status && body;
+    }, 240_000, 500);
+    expect([200, 202]).toContain((await api().post('/v1/instances/restored/stop').set(auth).send({ snapshot: true }).expect(checkContract)).status);
+    expect(await settled('stopped')).toMatchObject({ session_saved: true });
+    expect([200, 202]).toContain((await api().post('/v1/instances/restored/resume').set(auth).expect(checkContract)).status);
+    await settled('running');
+    expect(await execOf(api, auth, 'restored', ['sh', '-c', 'kill -0 "$(cat /tmp/sleeper)" && echo alive'])).toBe('alive\n');
+
+    for (const name of ['restored', 'maker']) await api().delete(`/v1/instances/${name}`).set(auth).expect(checkContract).expect(200);
+    second.signal('SIGTERM');
+    await second.waitExit(30_000);
+    expect(listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir))).toEqual([]);
+  });
+});
+
+/** One exec's stdout, or null when it did not exit 0. */
+async function execOf(api: () => ReturnType<typeof request>, auth: Record<string, string>, name: string, argv: string[]): Promise<string | null> {
+  const res = await api().post(`/v1/instances/${name}/exec`).set(auth).buffer(true).send({ argv }).expect(checkContract).expect(200);
+  const lines = res.text.trim().split('\n').map((line) => JSON.parse(line));
+  if (lines.at(-1)?.type !== 'completed' || lines.at(-1).exit_code !== 0) return null;
+  return lines.filter((l) => l.type === 'output' && l.stream === 'stdout').map((l) => Buffer.from(l.data_base64, 'base64').toString()).join('');
+}

@@ -44,6 +44,8 @@ export interface TestServiceOptions {
   builtFiles?: ServiceOptions['builtFiles'];
   /** The machines' screens (fault injection: a desktop that is still starting, or none). */
   machineDisplay?: ServiceOptions['machineDisplay'];
+  /** Receives every log line of the service (requests and domain, debug level and up); silent without it. */
+  log?: (line: string) => void;
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -54,7 +56,11 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     KISTE_MACHINE_UID_BASE: String(testUidBase()), // network rules of its own (see support/jail.ts)
     ...options.env,
   });
+  const logger = options.log
+    ? pino({ level: 'debug' }, { write: (line: string) => options.log!(line) })
+    : pino({ level: 'silent' });
   const services = createServices(config, database, {
+    logger: options.log ? logger : undefined,
     clock: options.clock,
     deletionSteps: options.deletionSteps,
     lifecycleWaitMs: options.lifecycleWaitMs,
@@ -64,7 +70,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     builtFiles: options.builtFiles,
     machineDisplay: options.machineDisplay,
   });
-  const app = await createApp(services, pino({ level: 'silent' }));
+  const app = await createApp(services, logger);
   const api = Object.fromEntries(
     (['get', 'post', 'put', 'patch', 'delete'] as Method[]).map((method) => [
       method,

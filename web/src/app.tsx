@@ -10,6 +10,8 @@ import { ApprovePage } from './pages/approve';
 import { HomePage } from './pages/home';
 import { CreateMachinePage } from './pages/create-machine';
 import { MachinePage } from './pages/machine';
+import { ImagePage, ImagesPage } from './pages/images';
+import { EnvironmentPage, EnvironmentsPage } from './pages/environments';
 import { ApiKeysPage } from './pages/api-keys';
 import { DeviceKeysPage } from './pages/device-keys';
 import { WebhooksPage, WebhookPage } from './pages/webhooks';
@@ -61,6 +63,8 @@ function Root() {
 
 const NAVIGATION: { href: string; label: string }[] = [
   { href: '/', label: 'Machines' },
+  { href: '/console/images', label: 'Images' },
+  { href: '/console/environments', label: 'Environments' },
   { href: '/console/keys', label: 'API keys' },
   { href: '/console/device-keys', label: 'Device keys' },
   { href: '/console/webhooks', label: 'Webhooks' },
@@ -94,7 +98,7 @@ function SignedIn({ location }: { location: Location }) {
           </ul>
         </nav>
         <div class="who">
-          <span class="email">{email}</span>
+          <span class="email" title={email}>{email}</span>
           <button type="button" class="button plain" onClick={() => void signOut().then(() => navigate('/console/login', { replace: true }))}>
             Sign out
           </button>
@@ -124,6 +128,10 @@ function Page({ location }: { location: Location }): ComponentChildren {
       return <CreateMachinePage />;
     case 'machines':
       return item ? <MachinePage key={item} name={item} tab={location.query.get('tab')} /> : <HomePage />;
+    case 'images':
+      return item ? <ImagePage key={item} id={item} /> : <ImagesPage />;
+    case 'environments':
+      return item ? <EnvironmentPage key={item} name={item} /> : <EnvironmentsPage />;
     case 'oauth':
       return item === 'approve' ? <ApprovePage query={location.query} /> : <NotFoundPage />;
     case 'keys':

@@ -10,7 +10,7 @@
 //   user-mode networking (no host forwards) on virtio-net; serial console appended to a file;
 //   QMP on a unix socket; a pid file; optionally guest RAM in a shared file (fast memory sessions);
 //   QEMU's seccomp sandbox (SANDBOX); for an image with a screen, a display device with a virtio
-//   tablet and keyboard, served by QEMU's VNC server on a unix socket.
+//   tablet and keyboard, served by QEMU's VNC server on a unix socket; optionally a VM generation ID.
 /** How guest code runs: hardware virtualisation, or QEMU's binary translator. */
 export type Accelerator = 'kvm' | 'tcg';
 
@@ -88,6 +88,12 @@ export interface MachineSpec {
   paused?: boolean;
   /** A screen (images with a display); absent: no display device at all. */
   display?: DisplayDeviceSpec;
+  /**
+   * A VM generation ID device (vmgenid, a new random id at every QEMU start): a guest restored from
+   * a memory image another machine also continues (boot snapshot, fork with memory) reseeds its
+   * kernel RNG when the id changes. Part of the device set: a restore must match the save.
+   */
+  generationId?: boolean;
 }
 
 const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -218,6 +224,10 @@ export function buildQemuArgs(spec: MachineSpec): string[] {
       args.push('-device', `virtserialport,bus=vser0.0,chardev=vdagent,name=${VDAGENT_PORT_NAME}`);
     }
   }
+
+  // guid=auto: QEMU draws a new id each start; on an incoming migration the restored guest sees it
+  // change (ACPI notify) and Linux >= 5.18 reseeds its RNG.
+  if (spec.generationId) args.push('-device', 'vmgenid,id=vmgenid0,guid=auto');
 
   // Restore: bring up the devices, then wait for `migrate-incoming` over QMP (so we can set
   // migration capabilities first, which `-incoming URI` would not allow).

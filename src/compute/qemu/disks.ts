@@ -64,7 +64,10 @@ export interface ImageInfo {
   'actual-size'?: number;
   'backing-filename'?: string;
   'full-backing-filename'?: string;
+  'backing-filename-format'?: string;
   'dirty-flag'?: boolean;
+  /** qcow2 details; `data-file` is set when the image keeps its data in another file. */
+  'format-specific'?: { type: string; data?: { 'data-file'?: string } };
 }
 
 /**

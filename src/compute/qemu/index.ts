@@ -6,3 +6,4 @@ export * from './machine-files';
 export * from './memory-session';
 export * from './qemu-process';
 export * from './qmp-client';
+export * from './ram-file';

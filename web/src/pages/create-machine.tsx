@@ -1,5 +1,6 @@
-// Create a machine: name, shape (default, large or custom within the account's limits), the SSH key
-// it trusts, lifetime and checkpoint interval (CreateInstanceRequest). While it is made the page
+// Create a machine: name, image (the universal one or a ready private image) and environment (optional),
+// shape (default, large or custom within the account's limits), the SSH key it trusts, lifetime and
+// checkpoint interval (CreateInstanceRequest). While it is made the page
 // shows the progress (machine/create.ts) and then opens the machine.
 import { useState } from 'preact/hooks';
 import { api, ok, type Schemas } from '../api';
@@ -10,6 +11,8 @@ import { formatMib, INSTANCE_NAME_HINT, INSTANCE_NAME_PATTERN, machinePath } fro
 import { LifetimeSelect } from '../machine/lifetime-select';
 import { DEFAULT_SHAPE, describeShape, diskLeftMib, largeShape, shapeProblem, type Shape, type ShapeChoice } from '../machine/shapes';
 import { CreateProgressPanel } from './machine/create-progress';
+import { describeResources, fetchImages, UNIVERSAL, type Image } from './images/data';
+import { fetchEnvironments } from './environments/data';
 
 type Status = Schemas['ControlPlaneStatusResponse'];
 
@@ -42,6 +45,9 @@ export function CreateMachinePage() {
 function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: CreateBody): void }) {
   const large = largeShape(status.limits);
   const [name, setName] = useState('');
+  const [image, setImage] = useState(UNIVERSAL);
+  const images = useLoad(fetchImages, []);
+  const [environment, setEnvironment] = useState('');
   const [choice, setChoice] = useState<ShapeChoice>(shapeProblem(DEFAULT_SHAPE, status) ? 'custom' : 'default');
   const [custom, setCustom] = useState<Shape>({ vcpu: 2, memory_mib: 2048, disk_mib: 16 * 1024 });
   const [sshKey, setSshKey] = useState('');
@@ -58,6 +64,8 @@ function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: Creat
         if (problem) return;
         onSubmit({
           profile: 'desktop',
+          ...(image !== UNIVERSAL ? { image } : {}),
+          ...(environment ? { environment } : {}),
           ...shape,
           ssh_public_key: sshKey.trim(),
           name: name || null,
@@ -69,6 +77,20 @@ function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: Creat
       <Field label="Name" id="machine-name" hint={`Optional: one is made up when left empty. ${INSTANCE_NAME_HINT}`}>
         <input id="machine-name" name="name" value={name} pattern={INSTANCE_NAME_PATTERN} maxLength={63} autoComplete="off" spellcheck={false} aria-describedby="machine-name-hint" onInput={(e) => setName(e.currentTarget.value.trim())} />
       </Field>
+
+      <ImageField
+        value={image}
+        images={images}
+        onChange={(id, chosen) => {
+          setImage(id);
+          // A private image made with recommended resources: the machine starts with them (changeable).
+          if (chosen?.resources) {
+            setChoice('custom');
+            setCustom({ vcpu: chosen.resources.vcpu, memory_mib: chosen.resources.memory_mib, disk_mib: chosen.resources.disk_mib });
+          }
+        }}
+      />
+      <EnvironmentField value={environment} onChange={setEnvironment} />
 
       <fieldset>
         <legend>Shape</legend>
@@ -156,5 +178,67 @@ function SshKeyField({ value, onChange }: { value: string; onChange(value: strin
         </Field>
       )}
     </>
+  );
+}
+
+/** The universal image or one of the account's private images; those not ready yet are listed but cannot be chosen. */
+function ImageField({ value, images, onChange }: { value: string; images: { data: Image[] | undefined; error: unknown }; onChange(id: string, image: Image | undefined): void }) {
+  const own = (images.data ?? []).filter((image) => !image.builtin);
+  const chosen = own.find((image) => image.id === value);
+  return (
+    <Field label="Image" id="machine-image" hint={<ImageHint image={chosen} failed={images.error !== null} />}>
+      <select id="machine-image" value={value} aria-describedby="machine-image-hint" onChange={(e) => onChange(e.currentTarget.value, own.find((image) => image.id === e.currentTarget.value))}>
+        <option value={UNIVERSAL}>Universal (built-in)</option>
+        {own.map((image) => (
+          <option key={image.id} value={image.id} disabled={image.status !== 'ready'}>
+            {image.name}
+            {image.status !== 'ready' ? ` (${image.status})` : ''}
+          </option>
+        ))}
+      </select>
+    </Field>
+  );
+}
+
+function ImageHint({ image, failed }: { image: Image | undefined; failed: boolean }) {
+  if (failed) return <>Your private images could not be listed; the universal image is available.</>;
+  if (!image) {
+    return (
+      <>
+        Every component this server offers. <Link href="/console/images">Make a private image</Link> of just the ones you need.
+      </>
+    );
+  }
+  return (
+    <>
+      {image.components.length} component{image.components.length === 1 ? '' : 's'}
+      {image.resources ? `; recommended: ${describeResources(image.resources)} (filled in below)` : ''}.
+    </>
+  );
+}
+
+/** An environment's current version is applied at create: repositories, variables, secret files, setup script. */
+function EnvironmentField({ value, onChange }: { value: string; onChange(value: string): void }) {
+  const environments = useLoad(fetchEnvironments, []);
+  return (
+    <Field
+      label="Environment"
+      id="machine-environment"
+      hint={
+        <>
+          Optional: its current version's repositories, variables, secret files and setup script are applied to the machine.{' '}
+          <Link href="/console/environments">Manage environments</Link>
+        </>
+      }
+    >
+      <select id="machine-environment" value={value} aria-describedby="machine-environment-hint" onChange={(e) => onChange(e.currentTarget.value)}>
+        <option value="">None</option>
+        {(environments.data ?? []).map((environment) => (
+          <option key={environment.id} value={environment.name}>
+            {environment.name} (version {environment.current_version})
+          </option>
+        ))}
+      </select>
+    </Field>
   );
 }

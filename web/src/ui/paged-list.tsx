@@ -102,3 +102,14 @@ export function LoadMore({ busy, onClick, label = 'Load more' }: { busy: boolean
     </div>
   );
 }
+
+/** Every row of a list the API pages (`fetchPage(id)` reads the page after row `id`), for the small per-account lists a form chooses from. */
+export async function allPages<T extends { id: string }>(fetchPage: (startingAfter: string | undefined) => Promise<Page<T>>, maxPages = 20): Promise<T[]> {
+  const rows: T[] = [];
+  for (let page = 0; page < maxPages; page += 1) {
+    const answer = await fetchPage(rows.at(-1)?.id);
+    rows.push(...answer.data);
+    if (!answer.has_more || answer.data.length === 0) break;
+  }
+  return rows;
+}

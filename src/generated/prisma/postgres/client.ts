@@ -134,3 +134,28 @@ export type DesktopLink = Prisma.DesktopLinkModel
  * independent of the link, and ends when the account signs out everywhere.
  */
 export type DesktopSession = Prisma.DesktopSessionModel
+/**
+ * Model InstanceSetup
+ * What applying an instance's environment version did: its steps with timings and the clone and
+ * setup script output (the last 64 KiB). Secret file contents are never stored here.
+ */
+export type InstanceSetup = Prisma.InstanceSetupModel
+/**
+ * Model Image
+ * A private image: a selection of components on a base image. Ready at once when every component is
+ * in the universal image; otherwise its Debian packages are built into a derived disk layer in a
+ * builder machine (content-addressed by artifactKey, shared by identical selections).
+ */
+export type Image = Prisma.ImageModel
+/**
+ * Model Environment
+ * A named environment: repositories, variables, secret files and a setup script applied to new
+ * instances. Every change publishes a new immutable EnvironmentVersion.
+ */
+export type Environment = Prisma.EnvironmentModel
+/**
+ * Model EnvironmentVersion
+ * One immutable version of an environment. Secret file contents are kept sealed (SecretBox, bound to
+ * this row's id); only their paths are ever answered.
+ */
+export type EnvironmentVersion = Prisma.EnvironmentVersionModel

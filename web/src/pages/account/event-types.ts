@@ -19,6 +19,8 @@ const RESOURCE_LABELS: Record<ResourceType, string> = {
   device_key: 'Device keys',
   session: 'Sign-ins',
   account: 'Account',
+  image: 'Images',
+  environment: 'Environments',
 };
 
 export function resourceLabel(type: ResourceType): string {

@@ -9,6 +9,7 @@ const PAGES: Record<string, (id: string) => string> = {
   session: () => '/console/sign-ins',
   alert: () => '/console/alerts',
   account: () => '/console/account',
+  image: (id) => `/console/images/${encodeURIComponent(id)}`,
 };
 
 /** The events page, filtered by resource type and/or id when given. */

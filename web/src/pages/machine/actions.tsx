@@ -124,22 +124,23 @@ function ExtendDialog({ instance, disabled, onChange }: { instance: Instance; di
 function ForkDialog({ instance, disabled }: { instance: Instance; disabled: boolean }) {
   const [name, setName] = useState('');
   const [lifetime, setLifetime] = useState('');
+  const [withMemory, setWithMemory] = useState(false);
   return (
     <FormDialog
       label="Fork"
       title={`Fork ${instance.name}`}
       submitLabel="Fork machine"
-      busyLabel="Forking: the copy boots…"
+      busyLabel={withMemory ? 'Forking: copying the running machine…' : 'Forking: the copy boots…'}
       disabled={disabled}
       onOpen={() => setName(`${instance.name.slice(0, 58)}-copy`)}
       onSubmit={async () => {
-        const body = { name, ttl_seconds: lifetime ? Number(lifetime) : null };
+        const body = { name, ttl_seconds: lifetime ? Number(lifetime) : null, memory: withMemory };
         const copy = await ok(api.POST('/v1/instances/{name}/fork', { params: { path: { name: instance.name } }, body }));
         navigate(machinePath(copy.name));
       }}
     >
       <p>
-        The copy gets this machine's disk as it is now and boots fresh, with the same shape and a checkpoint every {formatSeconds(instance.auto_snapshot_seconds)}.
+        The copy gets this machine's disk as it is now and {withMemory ? 'its memory, so it goes on where this machine is' : 'boots fresh'}, with the same shape and a checkpoint every {formatSeconds(instance.auto_snapshot_seconds)}.
       </p>
       <Field label="Name of the copy" id="fork-name" hint={INSTANCE_NAME_HINT}>
         <input id="fork-name" required value={name} pattern={INSTANCE_NAME_PATTERN} maxLength={63} autoComplete="off" spellcheck={false} aria-describedby="fork-name-hint" onInput={(e) => setName(e.currentTarget.value.trim())} />
@@ -147,6 +148,10 @@ function ForkDialog({ instance, disabled }: { instance: Instance; disabled: bool
       <Field label="Lifetime of the copy" id="fork-lifetime">
         <LifetimeSelect id="fork-lifetime" value={lifetime} onChange={setLifetime} noneLabel="No automatic stop" />
       </Field>
+      <label class="checkbox">
+        <input id="fork-memory" type="checkbox" checked={withMemory} onChange={(e) => setWithMemory(e.currentTarget.checked)} />
+        {' '}Copy its memory too: the copy continues the running programs (this machine pauses briefly)
+      </label>
     </FormDialog>
   );
 }

@@ -414,7 +414,11 @@ export const ModelName = {
   Alert: 'Alert',
   AlertPreference: 'AlertPreference',
   DesktopLink: 'DesktopLink',
-  DesktopSession: 'DesktopSession'
+  DesktopSession: 'DesktopSession',
+  InstanceSetup: 'InstanceSetup',
+  Image: 'Image',
+  Environment: 'Environment',
+  EnvironmentVersion: 'EnvironmentVersion'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -430,7 +434,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1766,6 +1770,302 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    InstanceSetup: {
+      payload: Prisma.$InstanceSetupPayload<ExtArgs>
+      fields: Prisma.InstanceSetupFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.InstanceSetupFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.InstanceSetupFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        findFirst: {
+          args: Prisma.InstanceSetupFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.InstanceSetupFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        findMany: {
+          args: Prisma.InstanceSetupFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>[]
+        }
+        create: {
+          args: Prisma.InstanceSetupCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        createMany: {
+          args: Prisma.InstanceSetupCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.InstanceSetupCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>[]
+        }
+        delete: {
+          args: Prisma.InstanceSetupDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        update: {
+          args: Prisma.InstanceSetupUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        deleteMany: {
+          args: Prisma.InstanceSetupDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.InstanceSetupUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.InstanceSetupUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>[]
+        }
+        upsert: {
+          args: Prisma.InstanceSetupUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$InstanceSetupPayload>
+        }
+        aggregate: {
+          args: Prisma.InstanceSetupAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateInstanceSetup>
+        }
+        groupBy: {
+          args: Prisma.InstanceSetupGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.InstanceSetupGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.InstanceSetupCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.InstanceSetupCountAggregateOutputType> | number
+        }
+      }
+    }
+    Image: {
+      payload: Prisma.$ImagePayload<ExtArgs>
+      fields: Prisma.ImageFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ImageFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ImageFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        findFirst: {
+          args: Prisma.ImageFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ImageFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        findMany: {
+          args: Prisma.ImageFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>[]
+        }
+        create: {
+          args: Prisma.ImageCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        createMany: {
+          args: Prisma.ImageCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ImageCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>[]
+        }
+        delete: {
+          args: Prisma.ImageDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        update: {
+          args: Prisma.ImageUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        deleteMany: {
+          args: Prisma.ImageDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ImageUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ImageUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>[]
+        }
+        upsert: {
+          args: Prisma.ImageUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ImagePayload>
+        }
+        aggregate: {
+          args: Prisma.ImageAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateImage>
+        }
+        groupBy: {
+          args: Prisma.ImageGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ImageGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ImageCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ImageCountAggregateOutputType> | number
+        }
+      }
+    }
+    Environment: {
+      payload: Prisma.$EnvironmentPayload<ExtArgs>
+      fields: Prisma.EnvironmentFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.EnvironmentFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.EnvironmentFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        findFirst: {
+          args: Prisma.EnvironmentFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.EnvironmentFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        findMany: {
+          args: Prisma.EnvironmentFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>[]
+        }
+        create: {
+          args: Prisma.EnvironmentCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        createMany: {
+          args: Prisma.EnvironmentCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.EnvironmentCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>[]
+        }
+        delete: {
+          args: Prisma.EnvironmentDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        update: {
+          args: Prisma.EnvironmentUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        deleteMany: {
+          args: Prisma.EnvironmentDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.EnvironmentUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.EnvironmentUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>[]
+        }
+        upsert: {
+          args: Prisma.EnvironmentUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentPayload>
+        }
+        aggregate: {
+          args: Prisma.EnvironmentAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateEnvironment>
+        }
+        groupBy: {
+          args: Prisma.EnvironmentGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EnvironmentGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.EnvironmentCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EnvironmentCountAggregateOutputType> | number
+        }
+      }
+    }
+    EnvironmentVersion: {
+      payload: Prisma.$EnvironmentVersionPayload<ExtArgs>
+      fields: Prisma.EnvironmentVersionFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.EnvironmentVersionFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.EnvironmentVersionFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        findFirst: {
+          args: Prisma.EnvironmentVersionFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.EnvironmentVersionFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        findMany: {
+          args: Prisma.EnvironmentVersionFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>[]
+        }
+        create: {
+          args: Prisma.EnvironmentVersionCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        createMany: {
+          args: Prisma.EnvironmentVersionCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.EnvironmentVersionCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>[]
+        }
+        delete: {
+          args: Prisma.EnvironmentVersionDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        update: {
+          args: Prisma.EnvironmentVersionUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        deleteMany: {
+          args: Prisma.EnvironmentVersionDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.EnvironmentVersionUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.EnvironmentVersionUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>[]
+        }
+        upsert: {
+          args: Prisma.EnvironmentVersionUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EnvironmentVersionPayload>
+        }
+        aggregate: {
+          args: Prisma.EnvironmentVersionAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateEnvironmentVersion>
+        }
+        groupBy: {
+          args: Prisma.EnvironmentVersionGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EnvironmentVersionGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.EnvironmentVersionCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EnvironmentVersionCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -1962,6 +2262,8 @@ export const InstanceScalarFieldEnum = {
   guestHostname: 'guestHostname',
   sshHostKeys: 'sshHostKeys',
   autoSnapshotSeconds: 'autoSnapshotSeconds',
+  imageId: 'imageId',
+  components: 'components',
   environmentVersionId: 'environmentVersionId',
   expiresAt: 'expiresAt',
   lastCheckpointAt: 'lastCheckpointAt',
@@ -2092,6 +2394,73 @@ export const DesktopSessionScalarFieldEnum = {
 } as const
 
 export type DesktopSessionScalarFieldEnum = (typeof DesktopSessionScalarFieldEnum)[keyof typeof DesktopSessionScalarFieldEnum]
+
+
+export const InstanceSetupScalarFieldEnum = {
+  instanceId: 'instanceId',
+  accountId: 'accountId',
+  steps: 'steps',
+  output: 'output',
+  outputTruncated: 'outputTruncated',
+  updatedAt: 'updatedAt'
+} as const
+
+export type InstanceSetupScalarFieldEnum = (typeof InstanceSetupScalarFieldEnum)[keyof typeof InstanceSetupScalarFieldEnum]
+
+
+export const ImageScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  slug: 'slug',
+  baseImage: 'baseImage',
+  components: 'components',
+  resources: 'resources',
+  buildStrategy: 'buildStrategy',
+  status: 'status',
+  artifactKey: 'artifactKey',
+  baseVersion: 'baseVersion',
+  buildPackages: 'buildPackages',
+  buildStep: 'buildStep',
+  buildProgress: 'buildProgress',
+  buildStartedAt: 'buildStartedAt',
+  buildFinishedAt: 'buildFinishedAt',
+  buildError: 'buildError',
+  buildLog: 'buildLog',
+  buildLogTruncated: 'buildLogTruncated',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type ImageScalarFieldEnum = (typeof ImageScalarFieldEnum)[keyof typeof ImageScalarFieldEnum]
+
+
+export const EnvironmentScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  currentVersion: 'currentVersion',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type EnvironmentScalarFieldEnum = (typeof EnvironmentScalarFieldEnum)[keyof typeof EnvironmentScalarFieldEnum]
+
+
+export const EnvironmentVersionScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  environmentId: 'environmentId',
+  version: 'version',
+  repositories: 'repositories',
+  variables: 'variables',
+  secretPaths: 'secretPaths',
+  sealedSecretFiles: 'sealedSecretFiles',
+  setupScript: 'setupScript',
+  createdAt: 'createdAt'
+} as const
+
+export type EnvironmentVersionScalarFieldEnum = (typeof EnvironmentVersionScalarFieldEnum)[keyof typeof EnvironmentVersionScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2407,6 +2776,10 @@ export type GlobalOmitConfig = {
   alertPreference?: Prisma.AlertPreferenceOmit
   desktopLink?: Prisma.DesktopLinkOmit
   desktopSession?: Prisma.DesktopSessionOmit
+  instanceSetup?: Prisma.InstanceSetupOmit
+  image?: Prisma.ImageOmit
+  environment?: Prisma.EnvironmentOmit
+  environmentVersion?: Prisma.EnvironmentVersionOmit
 }
 
 /* Types for Logging */

@@ -68,7 +68,11 @@ export const ModelName = {
   Alert: 'Alert',
   AlertPreference: 'AlertPreference',
   DesktopLink: 'DesktopLink',
-  DesktopSession: 'DesktopSession'
+  DesktopSession: 'DesktopSession',
+  InstanceSetup: 'InstanceSetup',
+  Image: 'Image',
+  Environment: 'Environment',
+  EnvironmentVersion: 'EnvironmentVersion'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -241,6 +245,8 @@ export const InstanceScalarFieldEnum = {
   guestHostname: 'guestHostname',
   sshHostKeys: 'sshHostKeys',
   autoSnapshotSeconds: 'autoSnapshotSeconds',
+  imageId: 'imageId',
+  components: 'components',
   environmentVersionId: 'environmentVersionId',
   expiresAt: 'expiresAt',
   lastCheckpointAt: 'lastCheckpointAt',
@@ -371,6 +377,73 @@ export const DesktopSessionScalarFieldEnum = {
 } as const
 
 export type DesktopSessionScalarFieldEnum = (typeof DesktopSessionScalarFieldEnum)[keyof typeof DesktopSessionScalarFieldEnum]
+
+
+export const InstanceSetupScalarFieldEnum = {
+  instanceId: 'instanceId',
+  accountId: 'accountId',
+  steps: 'steps',
+  output: 'output',
+  outputTruncated: 'outputTruncated',
+  updatedAt: 'updatedAt'
+} as const
+
+export type InstanceSetupScalarFieldEnum = (typeof InstanceSetupScalarFieldEnum)[keyof typeof InstanceSetupScalarFieldEnum]
+
+
+export const ImageScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  slug: 'slug',
+  baseImage: 'baseImage',
+  components: 'components',
+  resources: 'resources',
+  buildStrategy: 'buildStrategy',
+  status: 'status',
+  artifactKey: 'artifactKey',
+  baseVersion: 'baseVersion',
+  buildPackages: 'buildPackages',
+  buildStep: 'buildStep',
+  buildProgress: 'buildProgress',
+  buildStartedAt: 'buildStartedAt',
+  buildFinishedAt: 'buildFinishedAt',
+  buildError: 'buildError',
+  buildLog: 'buildLog',
+  buildLogTruncated: 'buildLogTruncated',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type ImageScalarFieldEnum = (typeof ImageScalarFieldEnum)[keyof typeof ImageScalarFieldEnum]
+
+
+export const EnvironmentScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  currentVersion: 'currentVersion',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type EnvironmentScalarFieldEnum = (typeof EnvironmentScalarFieldEnum)[keyof typeof EnvironmentScalarFieldEnum]
+
+
+export const EnvironmentVersionScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  environmentId: 'environmentId',
+  version: 'version',
+  repositories: 'repositories',
+  variables: 'variables',
+  secretPaths: 'secretPaths',
+  sealedSecretFiles: 'sealedSecretFiles',
+  setupScript: 'setupScript',
+  createdAt: 'createdAt'
+} as const
+
+export type EnvironmentVersionScalarFieldEnum = (typeof EnvironmentVersionScalarFieldEnum)[keyof typeof EnvironmentVersionScalarFieldEnum]
 
 
 export const SortOrder = {

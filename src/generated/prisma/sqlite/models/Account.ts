@@ -295,6 +295,9 @@ export type AccountWhereInput = {
   alertPreferences?: Prisma.AlertPreferenceListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  images?: Prisma.ImageListRelationFilter
+  environments?: Prisma.EnvironmentListRelationFilter
+  environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }
 
 export type AccountOrderByWithRelationInput = {
@@ -325,6 +328,9 @@ export type AccountOrderByWithRelationInput = {
   alertPreferences?: Prisma.AlertPreferenceOrderByRelationAggregateInput
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
+  images?: Prisma.ImageOrderByRelationAggregateInput
+  environments?: Prisma.EnvironmentOrderByRelationAggregateInput
+  environmentVersions?: Prisma.EnvironmentVersionOrderByRelationAggregateInput
 }
 
 export type AccountWhereUniqueInput = Prisma.AtLeast<{
@@ -358,6 +364,9 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   alertPreferences?: Prisma.AlertPreferenceListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  images?: Prisma.ImageListRelationFilter
+  environments?: Prisma.EnvironmentListRelationFilter
+  environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }, "id" | "email">
 
 export type AccountOrderByWithAggregationInput = {
@@ -426,6 +435,9 @@ export type AccountCreateInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateInput = {
@@ -456,6 +468,9 @@ export type AccountUncheckedCreateInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUpdateInput = {
@@ -486,6 +501,9 @@ export type AccountUpdateInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateInput = {
@@ -516,6 +534,9 @@ export type AccountUncheckedUpdateInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateManyInput = {
@@ -867,6 +888,48 @@ export type AccountUpdateOneRequiredWithoutDesktopSessionsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutDesktopSessionsInput, Prisma.AccountUpdateWithoutDesktopSessionsInput>, Prisma.AccountUncheckedUpdateWithoutDesktopSessionsInput>
 }
 
+export type AccountCreateNestedOneWithoutImagesInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutImagesInput, Prisma.AccountUncheckedCreateWithoutImagesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutImagesInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutImagesNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutImagesInput, Prisma.AccountUncheckedCreateWithoutImagesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutImagesInput
+  upsert?: Prisma.AccountUpsertWithoutImagesInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutImagesInput, Prisma.AccountUpdateWithoutImagesInput>, Prisma.AccountUncheckedUpdateWithoutImagesInput>
+}
+
+export type AccountCreateNestedOneWithoutEnvironmentsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutEnvironmentsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutEnvironmentsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutEnvironmentsInput
+  upsert?: Prisma.AccountUpsertWithoutEnvironmentsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutEnvironmentsInput, Prisma.AccountUpdateWithoutEnvironmentsInput>, Prisma.AccountUncheckedUpdateWithoutEnvironmentsInput>
+}
+
+export type AccountCreateNestedOneWithoutEnvironmentVersionsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentVersionsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutEnvironmentVersionsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutEnvironmentVersionsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentVersionsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutEnvironmentVersionsInput
+  upsert?: Prisma.AccountUpsertWithoutEnvironmentVersionsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutEnvironmentVersionsInput, Prisma.AccountUpdateWithoutEnvironmentVersionsInput>, Prisma.AccountUncheckedUpdateWithoutEnvironmentVersionsInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -894,6 +957,9 @@ export type AccountCreateWithoutSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutSessionsInput = {
@@ -923,6 +989,9 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutSessionsInput = {
@@ -968,6 +1037,9 @@ export type AccountUpdateWithoutSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutSessionsInput = {
@@ -997,6 +1069,9 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutKnownBrowsersInput = {
@@ -1026,6 +1101,9 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
@@ -1055,6 +1133,9 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutKnownBrowsersInput = {
@@ -1100,6 +1181,9 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
@@ -1129,6 +1213,9 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutApiTokensInput = {
@@ -1158,6 +1245,9 @@ export type AccountCreateWithoutApiTokensInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutApiTokensInput = {
@@ -1187,6 +1277,9 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutApiTokensInput = {
@@ -1232,6 +1325,9 @@ export type AccountUpdateWithoutApiTokensInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutApiTokensInput = {
@@ -1261,6 +1357,9 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutOauthCodesInput = {
@@ -1290,6 +1389,9 @@ export type AccountCreateWithoutOauthCodesInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutOauthCodesInput = {
@@ -1319,6 +1421,9 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutOauthCodesInput = {
@@ -1364,6 +1469,9 @@ export type AccountUpdateWithoutOauthCodesInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutOauthCodesInput = {
@@ -1393,6 +1501,9 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeviceKeysInput = {
@@ -1422,6 +1533,9 @@ export type AccountCreateWithoutDeviceKeysInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeviceKeysInput = {
@@ -1451,6 +1565,9 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeviceKeysInput = {
@@ -1496,6 +1613,9 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
@@ -1525,6 +1645,9 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutExportLinksInput = {
@@ -1554,6 +1677,9 @@ export type AccountCreateWithoutExportLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutExportLinksInput = {
@@ -1583,6 +1709,9 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutExportLinksInput = {
@@ -1628,6 +1757,9 @@ export type AccountUpdateWithoutExportLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutExportLinksInput = {
@@ -1657,6 +1789,9 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutEventsInput = {
@@ -1686,6 +1821,9 @@ export type AccountCreateWithoutEventsInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutEventsInput = {
@@ -1715,6 +1853,9 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutEventsInput = {
@@ -1760,6 +1901,9 @@ export type AccountUpdateWithoutEventsInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutEventsInput = {
@@ -1789,6 +1933,9 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutInstancesInput = {
@@ -1818,6 +1965,9 @@ export type AccountCreateWithoutInstancesInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutInstancesInput = {
@@ -1847,6 +1997,9 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutInstancesInput = {
@@ -1892,6 +2045,9 @@ export type AccountUpdateWithoutInstancesInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutInstancesInput = {
@@ -1921,6 +2077,9 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutCommandsInput = {
@@ -1950,6 +2109,9 @@ export type AccountCreateWithoutCommandsInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutCommandsInput = {
@@ -1979,6 +2141,9 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutCommandsInput = {
@@ -2024,6 +2189,9 @@ export type AccountUpdateWithoutCommandsInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutCommandsInput = {
@@ -2053,6 +2221,9 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutWebhooksInput = {
@@ -2082,6 +2253,9 @@ export type AccountCreateWithoutWebhooksInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutWebhooksInput = {
@@ -2111,6 +2285,9 @@ export type AccountUncheckedCreateWithoutWebhooksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutWebhooksInput = {
@@ -2156,6 +2333,9 @@ export type AccountUpdateWithoutWebhooksInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutWebhooksInput = {
@@ -2185,6 +2365,9 @@ export type AccountUncheckedUpdateWithoutWebhooksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDeliveriesInput = {
@@ -2214,6 +2397,9 @@ export type AccountCreateWithoutDeliveriesInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDeliveriesInput = {
@@ -2243,6 +2429,9 @@ export type AccountUncheckedCreateWithoutDeliveriesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDeliveriesInput = {
@@ -2288,6 +2477,9 @@ export type AccountUpdateWithoutDeliveriesInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDeliveriesInput = {
@@ -2317,6 +2509,9 @@ export type AccountUncheckedUpdateWithoutDeliveriesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutAlertsInput = {
@@ -2346,6 +2541,9 @@ export type AccountCreateWithoutAlertsInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutAlertsInput = {
@@ -2375,6 +2573,9 @@ export type AccountUncheckedCreateWithoutAlertsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutAlertsInput = {
@@ -2420,6 +2621,9 @@ export type AccountUpdateWithoutAlertsInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutAlertsInput = {
@@ -2449,6 +2653,9 @@ export type AccountUncheckedUpdateWithoutAlertsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutAlertPreferencesInput = {
@@ -2478,6 +2685,9 @@ export type AccountCreateWithoutAlertPreferencesInput = {
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
@@ -2507,6 +2717,9 @@ export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutAlertPreferencesInput = {
@@ -2552,6 +2765,9 @@ export type AccountUpdateWithoutAlertPreferencesInput = {
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
@@ -2581,6 +2797,9 @@ export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDesktopLinksInput = {
@@ -2610,6 +2829,9 @@ export type AccountCreateWithoutDesktopLinksInput = {
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDesktopLinksInput = {
@@ -2639,6 +2861,9 @@ export type AccountUncheckedCreateWithoutDesktopLinksInput = {
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDesktopLinksInput = {
@@ -2684,6 +2909,9 @@ export type AccountUpdateWithoutDesktopLinksInput = {
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
@@ -2713,6 +2941,9 @@ export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountCreateWithoutDesktopSessionsInput = {
@@ -2742,6 +2973,9 @@ export type AccountCreateWithoutDesktopSessionsInput = {
   alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
 export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
@@ -2771,6 +3005,9 @@ export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
   alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
 export type AccountCreateOrConnectWithoutDesktopSessionsInput = {
@@ -2816,6 +3053,9 @@ export type AccountUpdateWithoutDesktopSessionsInput = {
   alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
 export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
@@ -2845,6 +3085,441 @@ export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
   alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutImagesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutImagesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutImagesInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutImagesInput, Prisma.AccountUncheckedCreateWithoutImagesInput>
+}
+
+export type AccountUpsertWithoutImagesInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutImagesInput, Prisma.AccountUncheckedUpdateWithoutImagesInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutImagesInput, Prisma.AccountUncheckedCreateWithoutImagesInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutImagesInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutImagesInput, Prisma.AccountUncheckedUpdateWithoutImagesInput>
+}
+
+export type AccountUpdateWithoutImagesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutImagesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutEnvironmentsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutEnvironmentsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutEnvironmentsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentsInput>
+}
+
+export type AccountUpsertWithoutEnvironmentsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutEnvironmentsInput, Prisma.AccountUncheckedUpdateWithoutEnvironmentsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutEnvironmentsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutEnvironmentsInput, Prisma.AccountUncheckedUpdateWithoutEnvironmentsInput>
+}
+
+export type AccountUpdateWithoutEnvironmentsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutEnvironmentsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutEnvironmentVersionsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutEnvironmentVersionsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutEnvironmentVersionsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentVersionsInput>
+}
+
+export type AccountUpsertWithoutEnvironmentVersionsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedUpdateWithoutEnvironmentVersionsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedCreateWithoutEnvironmentVersionsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutEnvironmentVersionsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutEnvironmentVersionsInput, Prisma.AccountUncheckedUpdateWithoutEnvironmentVersionsInput>
+}
+
+export type AccountUpdateWithoutEnvironmentVersionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutEnvironmentVersionsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 
@@ -2868,6 +3543,9 @@ export type AccountCountOutputType = {
   alertPreferences: number
   desktopLinks: number
   desktopSessions: number
+  images: number
+  environments: number
+  environmentVersions: number
 }
 
 export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -2886,6 +3564,9 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   alertPreferences?: boolean | AccountCountOutputTypeCountAlertPreferencesArgs
   desktopLinks?: boolean | AccountCountOutputTypeCountDesktopLinksArgs
   desktopSessions?: boolean | AccountCountOutputTypeCountDesktopSessionsArgs
+  images?: boolean | AccountCountOutputTypeCountImagesArgs
+  environments?: boolean | AccountCountOutputTypeCountEnvironmentsArgs
+  environmentVersions?: boolean | AccountCountOutputTypeCountEnvironmentVersionsArgs
 }
 
 /**
@@ -3003,6 +3684,27 @@ export type AccountCountOutputTypeCountDesktopSessionsArgs<ExtArgs extends runti
   where?: Prisma.DesktopSessionWhereInput
 }
 
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountImagesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.ImageWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountEnvironmentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.EnvironmentWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
+export type AccountCountOutputTypeCountEnvironmentVersionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.EnvironmentVersionWhereInput
+}
+
 
 export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -3032,6 +3734,9 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
+  images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
+  environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
+  environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["account"]>
 
@@ -3097,6 +3802,9 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   alertPreferences?: boolean | Prisma.Account$alertPreferencesArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
+  images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
+  environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
+  environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type AccountIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -3120,6 +3828,9 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     alertPreferences: Prisma.$AlertPreferencePayload<ExtArgs>[]
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
+    images: Prisma.$ImagePayload<ExtArgs>[]
+    environments: Prisma.$EnvironmentPayload<ExtArgs>[]
+    environmentVersions: Prisma.$EnvironmentVersionPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -3558,6 +4269,9 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   alertPreferences<T extends Prisma.Account$alertPreferencesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$alertPreferencesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AlertPreferencePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopLinks<T extends Prisma.Account$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Account$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  images<T extends Prisma.Account$imagesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$imagesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ImagePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  environments<T extends Prisma.Account$environmentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  environmentVersions<T extends Prisma.Account$environmentVersionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentVersionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentVersionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -4347,6 +5061,78 @@ export type Account$desktopSessionsArgs<ExtArgs extends runtime.Types.Extensions
   take?: number
   skip?: number
   distinct?: Prisma.DesktopSessionScalarFieldEnum | Prisma.DesktopSessionScalarFieldEnum[]
+}
+
+/**
+ * Account.images
+ */
+export type Account$imagesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Image
+   */
+  select?: Prisma.ImageSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Image
+   */
+  omit?: Prisma.ImageOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ImageInclude<ExtArgs> | null
+  where?: Prisma.ImageWhereInput
+  orderBy?: Prisma.ImageOrderByWithRelationInput | Prisma.ImageOrderByWithRelationInput[]
+  cursor?: Prisma.ImageWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.ImageScalarFieldEnum | Prisma.ImageScalarFieldEnum[]
+}
+
+/**
+ * Account.environments
+ */
+export type Account$environmentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Environment
+   */
+  select?: Prisma.EnvironmentSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Environment
+   */
+  omit?: Prisma.EnvironmentOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.EnvironmentInclude<ExtArgs> | null
+  where?: Prisma.EnvironmentWhereInput
+  orderBy?: Prisma.EnvironmentOrderByWithRelationInput | Prisma.EnvironmentOrderByWithRelationInput[]
+  cursor?: Prisma.EnvironmentWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.EnvironmentScalarFieldEnum | Prisma.EnvironmentScalarFieldEnum[]
+}
+
+/**
+ * Account.environmentVersions
+ */
+export type Account$environmentVersionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the EnvironmentVersion
+   */
+  select?: Prisma.EnvironmentVersionSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the EnvironmentVersion
+   */
+  omit?: Prisma.EnvironmentVersionOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.EnvironmentVersionInclude<ExtArgs> | null
+  where?: Prisma.EnvironmentVersionWhereInput
+  orderBy?: Prisma.EnvironmentVersionOrderByWithRelationInput | Prisma.EnvironmentVersionOrderByWithRelationInput[]
+  cursor?: Prisma.EnvironmentVersionWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.EnvironmentVersionScalarFieldEnum | Prisma.EnvironmentVersionScalarFieldEnum[]
 }
 
 /**

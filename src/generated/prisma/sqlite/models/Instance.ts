@@ -56,6 +56,7 @@ export type InstanceMinAggregateOutputType = {
   sshPublicKey: string | null
   guestHostname: string | null
   autoSnapshotSeconds: number | null
+  imageId: string | null
   environmentVersionId: string | null
   expiresAt: Date | null
   lastCheckpointAt: Date | null
@@ -85,6 +86,7 @@ export type InstanceMaxAggregateOutputType = {
   sshPublicKey: string | null
   guestHostname: string | null
   autoSnapshotSeconds: number | null
+  imageId: string | null
   environmentVersionId: string | null
   expiresAt: Date | null
   lastCheckpointAt: Date | null
@@ -115,6 +117,8 @@ export type InstanceCountAggregateOutputType = {
   guestHostname: number
   sshHostKeys: number
   autoSnapshotSeconds: number
+  imageId: number
+  components: number
   environmentVersionId: number
   expiresAt: number
   lastCheckpointAt: number
@@ -160,6 +164,7 @@ export type InstanceMinAggregateInputType = {
   sshPublicKey?: true
   guestHostname?: true
   autoSnapshotSeconds?: true
+  imageId?: true
   environmentVersionId?: true
   expiresAt?: true
   lastCheckpointAt?: true
@@ -189,6 +194,7 @@ export type InstanceMaxAggregateInputType = {
   sshPublicKey?: true
   guestHostname?: true
   autoSnapshotSeconds?: true
+  imageId?: true
   environmentVersionId?: true
   expiresAt?: true
   lastCheckpointAt?: true
@@ -219,6 +225,8 @@ export type InstanceCountAggregateInputType = {
   guestHostname?: true
   sshHostKeys?: true
   autoSnapshotSeconds?: true
+  imageId?: true
+  components?: true
   environmentVersionId?: true
   expiresAt?: true
   lastCheckpointAt?: true
@@ -336,6 +344,8 @@ export type InstanceGroupByOutputType = {
   guestHostname: string
   sshHostKeys: runtime.JsonValue | null
   autoSnapshotSeconds: number
+  imageId: string | null
+  components: runtime.JsonValue | null
   environmentVersionId: string | null
   expiresAt: Date | null
   lastCheckpointAt: Date | null
@@ -389,6 +399,8 @@ export type InstanceWhereInput = {
   guestHostname?: Prisma.StringFilter<"Instance"> | string
   sshHostKeys?: Prisma.JsonNullableFilter<"Instance">
   autoSnapshotSeconds?: Prisma.IntFilter<"Instance"> | number
+  imageId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  components?: Prisma.JsonNullableFilter<"Instance">
   environmentVersionId?: Prisma.StringNullableFilter<"Instance"> | string | null
   expiresAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   lastCheckpointAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
@@ -404,6 +416,7 @@ export type InstanceWhereInput = {
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  setup?: Prisma.XOR<Prisma.InstanceSetupNullableScalarRelationFilter, Prisma.InstanceSetupWhereInput> | null
 }
 
 export type InstanceOrderByWithRelationInput = {
@@ -423,6 +436,8 @@ export type InstanceOrderByWithRelationInput = {
   guestHostname?: Prisma.SortOrder
   sshHostKeys?: Prisma.SortOrderInput | Prisma.SortOrder
   autoSnapshotSeconds?: Prisma.SortOrder
+  imageId?: Prisma.SortOrderInput | Prisma.SortOrder
+  components?: Prisma.SortOrderInput | Prisma.SortOrder
   environmentVersionId?: Prisma.SortOrderInput | Prisma.SortOrder
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   lastCheckpointAt?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -438,6 +453,7 @@ export type InstanceOrderByWithRelationInput = {
   commands?: Prisma.CommandOrderByRelationAggregateInput
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
+  setup?: Prisma.InstanceSetupOrderByWithRelationInput
 }
 
 export type InstanceWhereUniqueInput = Prisma.AtLeast<{
@@ -461,6 +477,8 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   guestHostname?: Prisma.StringFilter<"Instance"> | string
   sshHostKeys?: Prisma.JsonNullableFilter<"Instance">
   autoSnapshotSeconds?: Prisma.IntFilter<"Instance"> | number
+  imageId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  components?: Prisma.JsonNullableFilter<"Instance">
   environmentVersionId?: Prisma.StringNullableFilter<"Instance"> | string | null
   expiresAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   lastCheckpointAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
@@ -476,6 +494,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  setup?: Prisma.XOR<Prisma.InstanceSetupNullableScalarRelationFilter, Prisma.InstanceSetupWhereInput> | null
 }, "id" | "accountId_name">
 
 export type InstanceOrderByWithAggregationInput = {
@@ -495,6 +514,8 @@ export type InstanceOrderByWithAggregationInput = {
   guestHostname?: Prisma.SortOrder
   sshHostKeys?: Prisma.SortOrderInput | Prisma.SortOrder
   autoSnapshotSeconds?: Prisma.SortOrder
+  imageId?: Prisma.SortOrderInput | Prisma.SortOrder
+  components?: Prisma.SortOrderInput | Prisma.SortOrder
   environmentVersionId?: Prisma.SortOrderInput | Prisma.SortOrder
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   lastCheckpointAt?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -533,6 +554,8 @@ export type InstanceScalarWhereWithAggregatesInput = {
   guestHostname?: Prisma.StringWithAggregatesFilter<"Instance"> | string
   sshHostKeys?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
   autoSnapshotSeconds?: Prisma.IntWithAggregatesFilter<"Instance"> | number
+  imageId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
+  components?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
   environmentVersionId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   expiresAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
   lastCheckpointAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
@@ -562,6 +585,8 @@ export type InstanceCreateInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -577,6 +602,7 @@ export type InstanceCreateInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateInput = {
@@ -596,6 +622,8 @@ export type InstanceUncheckedCreateInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -610,6 +638,7 @@ export type InstanceUncheckedCreateInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUpdateInput = {
@@ -628,6 +657,8 @@ export type InstanceUpdateInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -643,6 +674,7 @@ export type InstanceUpdateInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateInput = {
@@ -662,6 +694,8 @@ export type InstanceUncheckedUpdateInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -676,6 +710,7 @@ export type InstanceUncheckedUpdateInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceCreateManyInput = {
@@ -695,6 +730,8 @@ export type InstanceCreateManyInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -724,6 +761,8 @@ export type InstanceUpdateManyMutationInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -754,6 +793,8 @@ export type InstanceUncheckedUpdateManyInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -799,6 +840,8 @@ export type InstanceCountOrderByAggregateInput = {
   guestHostname?: Prisma.SortOrder
   sshHostKeys?: Prisma.SortOrder
   autoSnapshotSeconds?: Prisma.SortOrder
+  imageId?: Prisma.SortOrder
+  components?: Prisma.SortOrder
   environmentVersionId?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   lastCheckpointAt?: Prisma.SortOrder
@@ -835,6 +878,7 @@ export type InstanceMaxOrderByAggregateInput = {
   sshPublicKey?: Prisma.SortOrder
   guestHostname?: Prisma.SortOrder
   autoSnapshotSeconds?: Prisma.SortOrder
+  imageId?: Prisma.SortOrder
   environmentVersionId?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   lastCheckpointAt?: Prisma.SortOrder
@@ -864,6 +908,7 @@ export type InstanceMinOrderByAggregateInput = {
   sshPublicKey?: Prisma.SortOrder
   guestHostname?: Prisma.SortOrder
   autoSnapshotSeconds?: Prisma.SortOrder
+  imageId?: Prisma.SortOrder
   environmentVersionId?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   lastCheckpointAt?: Prisma.SortOrder
@@ -977,6 +1022,20 @@ export type InstanceUpdateOneRequiredWithoutDesktopSessionsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutDesktopSessionsInput, Prisma.InstanceUpdateWithoutDesktopSessionsInput>, Prisma.InstanceUncheckedUpdateWithoutDesktopSessionsInput>
 }
 
+export type InstanceCreateNestedOneWithoutSetupInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutSetupInput, Prisma.InstanceUncheckedCreateWithoutSetupInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutSetupInput
+  connect?: Prisma.InstanceWhereUniqueInput
+}
+
+export type InstanceUpdateOneRequiredWithoutSetupNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutSetupInput, Prisma.InstanceUncheckedCreateWithoutSetupInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutSetupInput
+  upsert?: Prisma.InstanceUpsertWithoutSetupInput
+  connect?: Prisma.InstanceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutSetupInput, Prisma.InstanceUpdateWithoutSetupInput>, Prisma.InstanceUncheckedUpdateWithoutSetupInput>
+}
+
 export type InstanceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -993,6 +1052,8 @@ export type InstanceCreateWithoutAccountInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1007,6 +1068,7 @@ export type InstanceCreateWithoutAccountInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutAccountInput = {
@@ -1025,6 +1087,8 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1039,6 +1103,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutAccountInput = {
@@ -1086,6 +1151,8 @@ export type InstanceScalarWhereInput = {
   guestHostname?: Prisma.StringFilter<"Instance"> | string
   sshHostKeys?: Prisma.JsonNullableFilter<"Instance">
   autoSnapshotSeconds?: Prisma.IntFilter<"Instance"> | number
+  imageId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  components?: Prisma.JsonNullableFilter<"Instance">
   environmentVersionId?: Prisma.StringNullableFilter<"Instance"> | string | null
   expiresAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   lastCheckpointAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
@@ -1115,6 +1182,8 @@ export type InstanceCreateWithoutCommandsInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1129,6 +1198,7 @@ export type InstanceCreateWithoutCommandsInput = {
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutCommandsInput = {
@@ -1148,6 +1218,8 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1161,6 +1233,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   updatedAt?: Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutCommandsInput = {
@@ -1195,6 +1268,8 @@ export type InstanceUpdateWithoutCommandsInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1209,6 +1284,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutCommandsInput = {
@@ -1228,6 +1304,8 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1241,6 +1319,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceCreateWithoutDesktopLinksInput = {
@@ -1259,6 +1338,8 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1273,6 +1354,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
@@ -1292,6 +1374,8 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1305,6 +1389,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutDesktopLinksInput = {
@@ -1339,6 +1424,8 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1353,6 +1440,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
@@ -1372,6 +1460,8 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1385,6 +1475,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceCreateWithoutDesktopSessionsInput = {
@@ -1403,6 +1494,8 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1417,6 +1510,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
@@ -1436,6 +1530,8 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1449,6 +1545,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutDesktopSessionsInput = {
@@ -1483,6 +1580,8 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1497,6 +1596,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
@@ -1516,6 +1616,8 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1529,6 +1631,163 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceCreateWithoutSetupInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutSetupInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutSetupInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutSetupInput, Prisma.InstanceUncheckedCreateWithoutSetupInput>
+}
+
+export type InstanceUpsertWithoutSetupInput = {
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutSetupInput, Prisma.InstanceUncheckedUpdateWithoutSetupInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutSetupInput, Prisma.InstanceUncheckedCreateWithoutSetupInput>
+  where?: Prisma.InstanceWhereInput
+}
+
+export type InstanceUpdateToOneWithWhereWithoutSetupInput = {
+  where?: Prisma.InstanceWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutSetupInput, Prisma.InstanceUncheckedUpdateWithoutSetupInput>
+}
+
+export type InstanceUpdateWithoutSetupInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutSetupInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceCreateManyAccountInput = {
@@ -1547,6 +1806,8 @@ export type InstanceCreateManyAccountInput = {
   guestHostname: string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: string | null
   expiresAt?: Date | string | null
   lastCheckpointAt?: Date | string | null
@@ -1576,6 +1837,8 @@ export type InstanceUpdateWithoutAccountInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1590,6 +1853,7 @@ export type InstanceUpdateWithoutAccountInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutAccountInput = {
@@ -1608,6 +1872,8 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1622,6 +1888,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateManyWithoutAccountInput = {
@@ -1640,6 +1907,8 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
   sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1719,6 +1988,8 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   guestHostname?: boolean
   sshHostKeys?: boolean
   autoSnapshotSeconds?: boolean
+  imageId?: boolean
+  components?: boolean
   environmentVersionId?: boolean
   expiresAt?: boolean
   lastCheckpointAt?: boolean
@@ -1734,6 +2005,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
+  setup?: boolean | Prisma.Instance$setupArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["instance"]>
 
@@ -1754,6 +2026,8 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   guestHostname?: boolean
   sshHostKeys?: boolean
   autoSnapshotSeconds?: boolean
+  imageId?: boolean
+  components?: boolean
   environmentVersionId?: boolean
   expiresAt?: boolean
   lastCheckpointAt?: boolean
@@ -1785,6 +2059,8 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   guestHostname?: boolean
   sshHostKeys?: boolean
   autoSnapshotSeconds?: boolean
+  imageId?: boolean
+  components?: boolean
   environmentVersionId?: boolean
   expiresAt?: boolean
   lastCheckpointAt?: boolean
@@ -1816,6 +2092,8 @@ export type InstanceSelectScalar = {
   guestHostname?: boolean
   sshHostKeys?: boolean
   autoSnapshotSeconds?: boolean
+  imageId?: boolean
+  components?: boolean
   environmentVersionId?: boolean
   expiresAt?: boolean
   lastCheckpointAt?: boolean
@@ -1829,12 +2107,13 @@ export type InstanceSelectScalar = {
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
+  setup?: boolean | Prisma.Instance$setupArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type InstanceIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -1851,6 +2130,7 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     commands: Prisma.$CommandPayload<ExtArgs>[]
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
+    setup: Prisma.$InstanceSetupPayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1893,10 +2173,21 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      */
     sshHostKeys: runtime.JsonValue | null
     autoSnapshotSeconds: number
+    /**
+     * The private image it was created from (null: the universal image).
+     */
+    imageId: string | null
+    /**
+     * [{id, version}]: the components its image held at create.
+     */
+    components: runtime.JsonValue | null
     environmentVersionId: string | null
     expiresAt: Date | null
     lastCheckpointAt: Date | null
     sessionSaved: boolean
+    /**
+     * none | pending | running | succeeded | failed: applying the environment version.
+     */
     setupStatus: string
     setupError: string | null
     /**
@@ -2305,6 +2596,7 @@ export interface Prisma__InstanceClient<T, Null = never, ExtArgs extends runtime
   commands<T extends Prisma.Instance$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopLinks<T extends Prisma.Instance$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Instance$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  setup<T extends Prisma.Instance$setupArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$setupArgs<ExtArgs>>): Prisma.Prisma__InstanceSetupClient<runtime.Types.Result.GetResult<Prisma.$InstanceSetupPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -2350,6 +2642,8 @@ export interface InstanceFieldRefs {
   readonly guestHostname: Prisma.FieldRef<"Instance", 'String'>
   readonly sshHostKeys: Prisma.FieldRef<"Instance", 'Json'>
   readonly autoSnapshotSeconds: Prisma.FieldRef<"Instance", 'Int'>
+  readonly imageId: Prisma.FieldRef<"Instance", 'String'>
+  readonly components: Prisma.FieldRef<"Instance", 'Json'>
   readonly environmentVersionId: Prisma.FieldRef<"Instance", 'String'>
   readonly expiresAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly lastCheckpointAt: Prisma.FieldRef<"Instance", 'DateTime'>
@@ -2829,6 +3123,25 @@ export type Instance$desktopSessionsArgs<ExtArgs extends runtime.Types.Extension
   take?: number
   skip?: number
   distinct?: Prisma.DesktopSessionScalarFieldEnum | Prisma.DesktopSessionScalarFieldEnum[]
+}
+
+/**
+ * Instance.setup
+ */
+export type Instance$setupArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the InstanceSetup
+   */
+  select?: Prisma.InstanceSetupSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the InstanceSetup
+   */
+  omit?: Prisma.InstanceSetupOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.InstanceSetupInclude<ExtArgs> | null
+  where?: Prisma.InstanceSetupWhereInput
 }
 
 /**

@@ -1,0 +1,115 @@
+// Builds of private images' derived layers, in the background: the machine host builds the layer in a
+// builder machine; progress, the log (last 256 KiB) and the outcome go to the image's row, and
+// `image.built` marks the end. Images still `building` after a restart are built again (a layer built
+// before is found by its key at once).
+import type { BuiltLayer, LayerBuildRequest } from '../compute/layer-builder';
+import type { HostImage } from '../compute/machine-host';
+import { appendEvent } from '../store/events';
+import type { Image, ImageStore } from '../store/images';
+import type { Db } from '../store/prisma';
+import type { Clock } from './clock';
+import { OutputTail } from './output-tail';
+
+const LOG_KEPT_BYTES = 256 * 1024;
+const ERROR_TAIL_BYTES = 2048;
+const SAVE_EVERY_MS = 2000;
+/** Room in the builder's disk beyond the base image's own size. */
+const BUILDER_EXTRA_MIB = 2048;
+
+/** A derived layer's disk size: its file system was grown to the builder's disk, so no machine on it has less. */
+export function layerDiskMib(baseDiskMib: number): number {
+  return baseDiskMib + BUILDER_EXTRA_MIB;
+}
+
+export interface LayerHost {
+  /** The profile the universal image is built from (a layer's base is a version of it). */
+  profile: HostImage['profile'];
+  /** The base version's disk size in MiB (its manifest), null when the version is gone. */
+  diskMib(version: string): number | null;
+  buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
+}
+
+export class ImageBuilds {
+  private readonly running = new Map<string, Promise<void>>();
+  /** One builder machine at a time on this host: builds wait their turn (step `queued`). */
+  private turn: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly db: Db,
+    private readonly store: ImageStore,
+    private readonly host: LayerHost,
+    private readonly clock: Clock,
+    private readonly logger: { warn(object: object, message: string): void },
+  ) {}
+
+  build(image: Image): void {
+    if (this.running.has(image.id)) return;
+    void this.store.recordBuild(image.id, { buildStep: 'queued' }).catch(() => undefined);
+    const run = this.turn.then(() => this.run(image)).finally(() => this.running.delete(image.id));
+    this.turn = run.catch(() => undefined);
+    this.running.set(image.id, run);
+  }
+
+  /** At start: the builds a stopped service left unfinished. */
+  async resume(): Promise<void> {
+    for (const image of await this.store.building()) this.build(image);
+  }
+
+  /** For tests and shutdown: the builds in progress. */
+  settled(): Promise<unknown> {
+    return Promise.allSettled([...this.running.values()]);
+  }
+
+  private async run(image: Image): Promise<void> {
+    const started = this.clock.now();
+    const log = new OutputTail(LOG_KEPT_BYTES);
+    let step = 'starting';
+    let progress = 0;
+    let lastSave = 0;
+    const save = async (force: boolean) => {
+      if (!force && Date.now() - lastSave < SAVE_EVERY_MS) return;
+      lastSave = Date.now();
+      await this.store.recordBuild(image.id, { buildStep: step, buildProgress: progress, buildLog: log.text, buildLogTruncated: log.truncated });
+    };
+    const version = image.baseVersion ?? '';
+    const baseMib = this.host.diskMib(version);
+    try {
+      if (baseMib === null) throw new Error(`the base image version ${version} is not on this server any more`);
+      const stillWanted = await this.store.recordBuild(image.id, { buildStartedAt: started, buildFinishedAt: null, buildError: null, buildStep: step, buildProgress: 0 });
+      if (!stillWanted) return; // deleted while it waited its turn: no builder boots for it
+      const built = await this.host.buildLayer({
+        // The builder starts from the version's own files (found by version); no content key is needed.
+        base: { profile: this.host.profile, version, artifactKey: version, layer: null },
+        key: image.artifactKey,
+        packages: (image.buildPackages as unknown as string[] | null) ?? [],
+        diskMib: layerDiskMib(baseMib),
+        onProgress: (nextStep, percent) => {
+          step = nextStep;
+          progress = Math.max(progress, percent);
+          void save(false).catch(() => undefined);
+        },
+        onLog: (text) => {
+          log.append(text);
+          void save(false).catch(() => undefined);
+        },
+      });
+      await this.finish(image, { status: 'ready', buildStep: 'ready', buildProgress: 100, buildPackages: built.packages, buildLog: log.text, buildLogTruncated: log.truncated, buildError: null });
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      const tail = log.end(ERROR_TAIL_BYTES);
+      this.logger.warn({ err: error, image: image.id }, 'derived image layer build failed');
+      await this.finish(image, {
+        status: 'failed', buildStep: step, buildProgress: progress, buildLog: log.text, buildLogTruncated: log.truncated,
+        buildError: tail ? `${reason}; the log ends:\n${tail}` : reason,
+      });
+    }
+  }
+
+  private async finish(image: Image, outcome: Parameters<ImageStore['recordBuild']>[1] & { status: 'ready' | 'failed' }): Promise<void> {
+    await this.db.$transaction(async (tx) => {
+      const recorded = await this.store.recordBuild(image.id, { ...outcome, buildFinishedAt: this.clock.now() }, tx);
+      if (!recorded) return; // deleted while it was built
+      await appendEvent(tx, image.accountId, { type: 'image.built', resourceType: 'image', resourceId: image.id, data: { name: image.name, status: outcome.status } });
+    }).catch((error: Error) => this.logger.warn({ err: error, image: image.id }, 'image build outcome could not be recorded'));
+  }
+}
