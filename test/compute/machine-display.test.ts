@@ -120,10 +120,20 @@ describe('the screen of a desktop-lite machine', () => {
     const client = await openRfb();
     expect([client.width, client.height]).toEqual([1280, 720]);
     const colours = await drawnFrame(client);
-    // the session's window has the keyboard
-    const focus = await guest('xdotool getwindowfocus getwindowpid; pgrep -x xterm');
+    // the session's window has the keyboard. Sampled until the session has settled: a session that
+    // the unit starts again (X up before the machine was renamed, a slow TCG boot) focuses its new
+    // xterm a moment later. The last sample and the session's journal explain a failure.
+    let focus = { stdout: '', stderr: '', exitCode: -1 };
+    const focused = async (): Promise<boolean> => {
+      focus = await guest('xdotool getwindowfocus getwindowpid; pgrep -x xterm');
+      const [focusPid, xtermPid] = focus.stdout.trim().split('\n');
+      return /^\d+$/.test(focusPid ?? '') && focusPid === xtermPid;
+    };
+    await pollUntil(focused, { timeoutMs: 30_000, intervalMs: 500, what: 'the xterm to have the keyboard' }).catch(async (error: Error) => {
+      const journal = await host.agent(id).run({ argv: ['journalctl', '-b', '--no-pager', '-n', '60', '-u', 'kiste-desktop.service', '-u', 'kiste-display.service'], timeout_ms: 30_000 });
+      throw new Error(`${error.message}; last sample ${JSON.stringify(focus)}; journal:\n${journal.stdout.toString()}`);
+    });
     const [focusPid, xtermPid] = focus.stdout.trim().split('\n');
-    expect(focusPid).toMatch(/^\d+$/);
     expect(focusPid).toBe(xtermPid);
     // X on its own VT, the text console (fbcon) with a login on tty1 for when X is broken
     const consoles = (await guest('systemctl is-active kiste-display.service getty@tty1.service; cat /sys/class/graphics/fb0/name')).stdout.split('\n');
