@@ -96,6 +96,11 @@ export class EnvironmentSetup {
     void this.background(run, agent).catch((error: Error) => this.logger.warn({ err: error, instance: instance.id }, 'environment setup stopped'));
   }
 
+  /** A machine that never started runs no setup: its setup fails at once instead of staying pending. */
+  async notStarted(instance: Instance, environment: AppliedEnvironment): Promise<void> {
+    await this.finish(new SetupRun(instance, environment, this.clock), new StepFailed('the machine did not start'));
+  }
+
   private async background(run: SetupRun, agent: GuestAgent): Promise<void> {
     const { content } = run.environment;
     const env = { ...content.variables, GIT_TERMINAL_PROMPT: '0' };

@@ -54,7 +54,7 @@ export interface ForkRequest {
 export interface Provisioning {
   images: Pick<Images, 'forInstance'>;
   environments: Pick<Environments, 'forInstance'>;
-  setup: Pick<EnvironmentSetup, 'apply'>;
+  setup: Pick<EnvironmentSetup, 'apply' | 'notStarted'>;
 }
 
 export interface LifecycleAnswer {
@@ -150,7 +150,8 @@ export class Instances {
       const identity = await this.identity(instance);
       return startedOutcome(image, identity, await this.host.create(instance.id, image, shape, identity));
     });
-    const started = await this.startedOrFailed(final);
+    if (environment && final && final.status !== 'running') await this.provisioning.setup.notStarted(final, environment);
+    const started = this.startedOrFailed(final);
     if (!environment) return started;
     await this.provisioning.setup.apply(started, environment); // files now; clones and the script go on in the background
     return (await this.stores.instances.findById(started.id)) ?? started;
