@@ -50,6 +50,8 @@ export interface LayerBuildRequest {
   diskMib: number;
   onProgress(step: string, percent: number): void;
   onLog(text: string): void;
+  /** Aborted when nobody wants the layer any more: the builder is removed and the build rejects. */
+  signal?: AbortSignal;
 }
 
 export interface BuiltLayer {
@@ -79,8 +81,21 @@ interface LayerManifest {
   created_at: string;
 }
 
+/** One build of a key and how many requests still wait on it. */
+interface SharedBuild {
+  layer: Promise<BuiltLayer>;
+  waiting: number;
+  abort: AbortController;
+}
+
+export class LayerBuildCancelled extends Error {
+  constructor() {
+    super('the build was cancelled');
+  }
+}
+
 export class LayerBuilder {
-  private readonly building = new Map<string, Promise<BuiltLayer>>();
+  private readonly building = new Map<string, SharedBuild>();
 
   constructor(
     private readonly machines: BuilderMachines,
@@ -108,28 +123,38 @@ export class LayerBuilder {
     }
   }
 
+  /** Starts the key's build or joins the one running; it is cancelled once every request's signal has aborted. */
   build(request: LayerBuildRequest): Promise<BuiltLayer> {
-    let build = this.building.get(request.key);
-    if (!build) {
-      build = this.buildOnce(request).finally(() => this.building.delete(request.key));
-      this.building.set(request.key, build);
+    let shared = this.building.get(request.key);
+    if (!shared) {
+      const abort = new AbortController();
+      shared = { layer: this.buildOnce(request, abort.signal).finally(() => this.building.delete(request.key)), waiting: 0, abort };
+      this.building.set(request.key, shared);
     }
-    return build;
+    const build = shared;
+    build.waiting += 1;
+    const leave = () => {
+      build.waiting -= 1;
+      if (build.waiting === 0) build.abort.abort();
+    };
+    if (request.signal?.aborted) leave();
+    else request.signal?.addEventListener('abort', leave, { once: true });
+    return build.layer;
   }
 
   /** One build per key across services sharing the image folder (a lock file), the layer checked again under it. */
-  private async buildOnce(request: LayerBuildRequest): Promise<BuiltLayer> {
+  private async buildOnce(request: LayerBuildRequest, signal: AbortSignal): Promise<BuiltLayer> {
     const layers = join(this.versionDir(request.base.version), 'layers');
     await mkdir(layers, { recursive: true, mode: 0o755 });
     const lock = await acquireLock(join(layers, `${request.key}.lock`), `building layer ${request.key}`);
     try {
-      return await this.buildUnderLock(request);
+      return await this.buildUnderLock(request, signal);
     } finally {
       await lock.release();
     }
   }
 
-  private async buildUnderLock(request: LayerBuildRequest): Promise<BuiltLayer> {
+  private async buildUnderLock(request: LayerBuildRequest, signal: AbortSignal): Promise<BuiltLayer> {
     const found = await this.find(request.base.version, request.key);
     if (found) {
       request.onLog(`kiste: the layer ${request.key} was built before; using it\n`);
@@ -137,14 +162,28 @@ export class LayerBuilder {
     }
     const id = `${BUILDER_PREFIX}${request.key.slice(0, 16)}`;
     const started = Date.now();
+    /** Between steps; a step under way ends early because the builder goes (see below). */
+    const stillWanted = () => {
+      if (signal.aborted) throw new LayerBuildCancelled();
+    };
+    // Removing the builder ends whatever step runs in it (the agent's exec, a boot that waits for it).
+    const removeBuilder = () => {
+      request.onLog('kiste: the build was cancelled; removing the builder\n');
+      void this.machines.destroy(id).catch(() => undefined);
+    };
     await this.machines.destroy(id); // a builder a killed service left
+    stillWanted();
+    signal.addEventListener('abort', removeBuilder, { once: true });
     try {
       request.onProgress('booting builder', 5);
       await this.machines.createDisk(id, request.base, request.diskMib);
+      stillWanted();
       await this.machines.boot(id, { ...BUILDER_SHAPE, diskMib: 0 }, request.base, BUILDER_IDENTITY);
+      stillWanted();
       request.onProgress('installing packages', 20);
       const agent = this.machines.agent(id);
       await this.streamed(agent, ['sh', '-c', INSTALL, 'kiste-build', ...request.packages], request);
+      stillWanted();
       const packages = await this.installed(agent, request.packages.map((p) => p.split('=')[0]));
       request.onLog(`kiste: installed ${packages.join(' ')}\n`);
       const forgot = await agent.run({ argv: ['sh', '-c', FORGET_IDENTITY], timeout_ms: 60_000 });
@@ -152,10 +191,15 @@ export class LayerBuilder {
       request.onProgress('publishing layer', 90);
       await this.machines.flushGuest(id, 'a layer');
       await this.machines.stop(id, { saveSession: false });
+      stillWanted();
       const layer = await this.publish(request, this.machines.diskTop(id), packages);
       this.logger.info({ key: request.key, base: request.base.version, packages, ms: Date.now() - started }, 'derived image layer built');
       return layer;
+    } catch (error) {
+      if (signal.aborted) throw new LayerBuildCancelled(); // whatever the removed builder made its step fail with
+      throw error;
     } finally {
+      signal.removeEventListener('abort', removeBuilder);
       await this.machines.destroy(id).catch((error: Error) => this.logger.warn({ err: error, machine: id }, 'layer builder could not be removed'));
     }
   }

@@ -31,6 +31,7 @@ export interface LayerHost {
 
 export class ImageBuilds {
   private readonly running = new Map<string, Promise<void>>();
+  private readonly cancels = new Map<string, AbortController>();
   /** One builder machine at a time on this host: builds wait their turn (step `queued`). */
   private turn: Promise<unknown> = Promise.resolve();
 
@@ -45,9 +46,19 @@ export class ImageBuilds {
   build(image: Image): void {
     if (this.running.has(image.id)) return;
     void this.store.recordBuild(image.id, { buildStep: 'queued' }).catch(() => undefined);
-    const run = this.turn.then(() => this.run(image)).finally(() => this.running.delete(image.id));
+    const cancel = new AbortController();
+    this.cancels.set(image.id, cancel);
+    const run = this.turn.then(() => this.run(image, cancel.signal)).finally(() => {
+      this.running.delete(image.id);
+      this.cancels.delete(image.id);
+    });
     this.turn = run.catch(() => undefined);
     this.running.set(image.id, run);
+  }
+
+  /** The image was deleted: a queued build never starts, a running one stops and its builder goes. */
+  cancel(imageId: string): void {
+    this.cancels.get(imageId)?.abort();
   }
 
   /** At start: the builds a stopped service left unfinished. */
@@ -60,7 +71,7 @@ export class ImageBuilds {
     return Promise.allSettled([...this.running.values()]);
   }
 
-  private async run(image: Image): Promise<void> {
+  private async run(image: Image, signal: AbortSignal): Promise<void> {
     const started = this.clock.now();
     const log = new OutputTail(LOG_KEPT_BYTES);
     let step = 'starting';
@@ -76,13 +87,14 @@ export class ImageBuilds {
     try {
       if (baseMib === null) throw new Error(`the base image version ${version} is not on this server any more`);
       const stillWanted = await this.store.recordBuild(image.id, { buildStartedAt: started, buildFinishedAt: null, buildError: null, buildStep: step, buildProgress: 0 });
-      if (!stillWanted) return; // deleted while it waited its turn: no builder boots for it
+      if (!stillWanted || signal.aborted) return; // deleted while it waited its turn: no builder boots for it
       const built = await this.host.buildLayer({
         // The builder starts from the version's own files (found by version); no content key is needed.
         base: { profile: this.host.profile, version, artifactKey: version, layer: null },
         key: image.artifactKey,
         packages: (image.buildPackages as unknown as string[] | null) ?? [],
         diskMib: layerDiskMib(baseMib),
+        signal,
         onProgress: (nextStep, percent) => {
           step = nextStep;
           progress = Math.max(progress, percent);
@@ -95,6 +107,7 @@ export class ImageBuilds {
       });
       await this.finish(image, { status: 'ready', buildStep: 'ready', buildProgress: 100, buildPackages: built.packages, buildLog: log.text, buildLogTruncated: log.truncated, buildError: null });
     } catch (error) {
+      if (signal.aborted) return; // deleted: there is no row to tell
       const reason = error instanceof Error ? error.message : String(error);
       const tail = log.end(ERROR_TAIL_BYTES);
       this.logger.warn({ err: error, image: image.id }, 'derived image layer build failed');

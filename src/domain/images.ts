@@ -38,6 +38,8 @@ export interface ServedImages {
 export interface ImageBuildQueue {
   /** Starts (or joins) the build of this image's layer; progress and outcome go to its row. */
   build(image: Image): void;
+  /** The image is gone: its build stops (a builder it booted is removed) or never starts. */
+  cancel(imageId: string): void;
 }
 
 export interface Served {
@@ -174,6 +176,7 @@ export class Images {
       }
       return result;
     });
+    if (outcome === 'deleted') this.builder.cancel(image!.id);
     if (outcome === 'in_use') throw new KisteError('K21', { message: `The image ${image!.name} is used by at least one machine`, param: 'id' });
     if (outcome === 'missing') throw new KisteError('K20', { message: `No image ${ref}`, param: 'id' });
     return image!;

@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { BuiltLayer, LayerBuildRequest } from '../../src/compute/layer-builder';
 import { systemClock } from '../../src/domain/clock';
 import { ImageBuilds } from '../../src/domain/image-builds';
+import { Images } from '../../src/domain/images';
 import { ImageStore } from '../../src/store/images';
 import type { Account } from '../../src/store/prisma';
 import { createAccount, startTestService, TestService } from '../support/harness';
@@ -57,5 +58,38 @@ describe('derived layer build queue', () => {
     expect(done?.buildLog).toContain('Setting up one');
     const events = await t.services.database.prisma.event.findMany({ where: { accountId: account.id, type: 'image.built' }, orderBy: { sequence: 'asc' } });
     expect(events.map((e) => [e.resourceId, (e.data as { status: string }).status])).toEqual([[first.id, 'ready'], [third.id, 'ready']]);
+  });
+
+  it('stops the running build of an image that is deleted, and the next one in the queue starts', async () => {
+    const started: string[] = [];
+    const warnings: object[] = [];
+    const db = t.services.database.prisma;
+    const store = new ImageStore(db);
+    const builds = new ImageBuilds(db, store, {
+      profile: 'minimal',
+      diskMib: () => 704,
+      buildLayer(request): Promise<BuiltLayer> {
+        started.push(request.key);
+        if (request.key === 'key-after') return Promise.resolve({ disk: '/nowhere/disk.qcow2', packages: ['after=1'], virtualBytes: 1 });
+        // runs until it is cancelled, as the layer builder does once its builder machine is removed
+        return new Promise((_, reject) => request.signal!.addEventListener('abort', () => reject(new Error('the build was cancelled'))));
+      },
+    }, systemClock, { warn: (object) => warnings.push(object) });
+    const images = new Images(db, store, { currentImage: () => null, manifest: () => null }, builds, systemClock);
+    const [doomed, after] = [await buildingImage('doomed'), await buildingImage('after')];
+    builds.build(doomed);
+    builds.build(after);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(started).toEqual(['key-doomed']);
+
+    await images.delete(account.id, 'doomed');
+    await builds.settled();
+    await builds.settled();
+    expect(started).toEqual(['key-doomed', 'key-after']); // the queue moved on
+    expect(await db.image.findUnique({ where: { id: doomed.id } })).toBeNull();
+    expect((await db.image.findUnique({ where: { id: after.id } }))?.status).toBe('ready');
+    const events = await db.event.findMany({ where: { accountId: account.id, resourceId: { in: [doomed.id, after.id] } }, orderBy: { sequence: 'asc' } });
+    expect(events.map((e) => [e.type, e.resourceId])).toEqual([['image.deleted', doomed.id], ['image.built', after.id]]);
+    expect(warnings).toEqual([]); // a cancel is no failure
   });
 });
