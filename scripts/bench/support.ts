@@ -40,9 +40,10 @@ export function close(server: Server): Promise<void> {
 /**
  * kiste in this process for a benchmark: the image of `profile` built or refreshed in the test image
  * folder, SQLite in workDir, the accelerator probed, the app and its WebSockets on `server` (already
- * listening at `base`, which becomes the base URL).
+ * listening at `base`, which becomes the base URL). `env` overrides settings (boot snapshots are off
+ * unless it turns them on).
  */
-export async function startBenchService(options: { profile: ImageProfile; workDir: string; server: Server; base: string }): Promise<{ services: Services; database: Database; accelerator: string }> {
+export async function startBenchService(options: { profile: ImageProfile; workDir: string; server: Server; base: string; env?: Record<string, string> }): Promise<{ services: Services; database: Database; accelerator: string }> {
   log(`image: building or refreshing the ${options.profile} image in ${TEST_IMAGE_DIR}`);
   await buildImage({ profile: options.profile, outDir: TEST_IMAGE_DIR, agentBundle: (await buildAgent()).outfile });
   const config = loadConfig({
@@ -53,6 +54,7 @@ export async function startBenchService(options: { profile: ImageProfile; workDi
     KISTE_REQUESTS_PER_MINUTE: '1000000000',
     // These benches measure a running machine: no boot snapshot's template boots beside it.
     KISTE_BOOT_SNAPSHOTS: 'off',
+    ...options.env,
   });
   const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
   log(`accelerator ${choice.accelerator} (${choice.reason})`);

@@ -4,15 +4,14 @@
 // secret files are 0600; the setup script runs in the background and its steps and output are
 // readable; version 2 leaves the first instance on version 1, and its failing script is reported.
 // The secret's plaintext appears in no API answer, log line or database row.
-import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { writeGuestFiles } from '../../src/domain/environment-setup';
 import { guestRun } from '../support/guest';
-import { privateNetwork } from '../support/netns';
+import { type GitServer, gitServer, GIT_PORT as PORT } from '../support/git-server';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
@@ -20,48 +19,6 @@ jest.setTimeout(900_000);
 const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
 const SECRET = `kiste-secret-${randomBytes(12).toString('hex')}`;
 const GIT_PASSWORD = `git-token-${randomBytes(12).toString('hex')}`;
-const PORT = 8080;
-
-/** A bare repository (tags v1 and main) over git's dumb HTTP protocol with basic auth, in a network namespace. */
-function gitServer(): { address: string; cidr: string; requests: () => string[]; close(): void } {
-  const dir = mkdtempSync(join(tmpdir(), 'kiste-git-'));
-  const git = (...args: string[]) => execFileSync('git', args, { cwd: dir, stdio: 'pipe', env: { ...process.env, GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@e', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@e' } });
-  git('init', '-q', '-b', 'main', 'work');
-  writeFileSync(join(dir, 'work', 'README'), 'release one\n');
-  git('-C', 'work', 'add', 'README');
-  git('-C', 'work', 'commit', '-q', '-m', 'one');
-  git('-C', 'work', 'tag', 'v1');
-  writeFileSync(join(dir, 'work', 'README'), 'release two\n');
-  git('-C', 'work', 'commit', '-q', '-am', 'two');
-  git('clone', '-q', '--bare', 'work', 'app.git');
-  git('-C', 'app.git', 'update-server-info');
-  const log = join(dir, 'requests.log');
-  writeFileSync(log, '');
-  const server = join(dir, 'server.js');
-  writeFileSync(server, `
-const http = require('http'), fs = require('fs'), path = require('path');
-const root = ${JSON.stringify(dir)}, expected = 'Basic ' + Buffer.from('kiste:${GIT_PASSWORD}').toString('base64');
-http.createServer((req, res) => {
-  const authorised = req.headers.authorization === expected;
-  fs.appendFileSync(${JSON.stringify(log)}, (authorised ? 'auth ' : 'anon ') + req.url + '\\n');
-  if (!authorised) { res.writeHead(401, { 'WWW-Authenticate': 'Basic realm="git"' }); return res.end(); }
-  const file = path.join(root, decodeURIComponent(new URL(req.url, 'http://x').pathname));
-  if (!file.startsWith(root + '/app.git/')) { res.writeHead(404); return res.end(); }
-  fs.readFile(file, (error, data) => { if (error) { res.writeHead(404); return res.end(); } res.end(data); });
-}).listen(${PORT}, '0.0.0.0');
-`);
-  const network = privateNetwork('git', 30);
-  network.spawn([process.execPath, server]);
-  return {
-    address: network.address,
-    cidr: network.cidr,
-    requests: () => readFileSync(log, 'utf8').split('\n').filter(Boolean),
-    close() {
-      network.close();
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 type Line = { type: string; stream?: string; data_base64?: string; exit_code?: number };
 const stdoutOf = (res: { text: string }) => res.text.trim().split('\n').map((line) => JSON.parse(line) as Line)
@@ -92,7 +49,7 @@ async function databaseText(t: TestService): Promise<string> {
 describe('environments on real guests', () => {
   let t: TestService;
   let key: string;
-  let server: ReturnType<typeof gitServer>;
+  let server: GitServer;
   const logLines: string[] = [];
   const answers: string[] = [];
   const auth = () => bearer(key);
@@ -111,7 +68,7 @@ describe('environments on real guests', () => {
   }
 
   beforeAll(async () => {
-    server = gitServer();
+    server = gitServer(GIT_PASSWORD);
     await ensureTestImage();
     t = await startTestService({
       env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal', KISTE_MACHINE_EGRESS_ALLOW: server.cidr },
@@ -217,6 +174,35 @@ describe('environments on real guests', () => {
     expect(stored).not.toContain(SECRET); // … and the secret is not in them, in clear or base64
     expect(stored).not.toContain(Buffer.from(SECRET).toString('base64'));
     expect(stored).not.toContain(GIT_PASSWORD);
+  });
+
+  it('writes files atomically with their modes; under a home, the file and the folders made for it are the user\'s', async () => {
+    const id = record(await t.api.get('/v1/instances/env-one').set(auth()).expect(200)).body.id;
+    expect((await guestRun(t, id, 'useradd --create-home dev && mkdir -p /etc/kiste-test && echo old > /etc/kiste-test/file && id -u dev')).stdout).toMatch(/^\d+\n$/);
+    await writeGuestFiles(t.services.machineHost.agent(id), [
+      { path: '/home/dev/.config/app/token', content: Buffer.from('for dev'), mode: '0600' },
+      { path: '/home/dev/notes', content: Buffer.from('top'), mode: '0644' },
+      { path: '/etc/kiste-test/file', content: Buffer.from('new\n'), mode: '0644' },
+      { path: '/opt/made/here/run.sh', content: Buffer.from('#!/bin/sh\n'), mode: '0700' },
+    ]);
+    const seen = await guestRun(t, id, [
+      'stat -c "%n %a %U:%G" /home/dev/.config /home/dev/.config/app /home/dev/.config/app/token /home/dev/notes /etc/kiste-test/file /opt/made /opt/made/here /opt/made/here/run.sh',
+      'cat /home/dev/.config/app/token; echo; cat /etc/kiste-test/file; ls -a /etc/kiste-test /home/dev/.config/app | grep -c kiste-tmp || true',
+    ].join('; '));
+    expect(seen.stdout).toBe([
+      '/home/dev/.config 700 dev:dev',
+      '/home/dev/.config/app 700 dev:dev',
+      '/home/dev/.config/app/token 600 dev:dev',
+      '/home/dev/notes 644 dev:dev',
+      '/etc/kiste-test/file 644 root:root',
+      '/opt/made 700 root:root', // made under umask 077, like the secret files' folders
+      '/opt/made/here 700 root:root',
+      '/opt/made/here/run.sh 700 root:root',
+      'for dev',
+      'new',
+      '0', // no temporary file left
+      '',
+    ].join('\n'));
   });
 
   it('refuses unsafe manifests with 4xx and stores nothing', async () => {
