@@ -30,8 +30,8 @@ export interface LayerHost {
 }
 
 export class ImageBuilds {
-  private readonly running = new Map<string, Promise<void>>();
-  private readonly cancels = new Map<string, AbortController>();
+  /** Builds queued or running, by image id, each with what cancels it. */
+  private readonly running = new Map<string, { done: Promise<void>; cancel: AbortController }>();
   /** One builder machine at a time on this host: builds wait their turn (step `queued`). */
   private turn: Promise<unknown> = Promise.resolve();
 
@@ -47,18 +47,14 @@ export class ImageBuilds {
     if (this.running.has(image.id)) return;
     void this.store.recordBuild(image.id, { buildStep: 'queued' }).catch(() => undefined);
     const cancel = new AbortController();
-    this.cancels.set(image.id, cancel);
-    const run = this.turn.then(() => this.run(image, cancel.signal)).finally(() => {
-      this.running.delete(image.id);
-      this.cancels.delete(image.id);
-    });
-    this.turn = run.catch(() => undefined);
-    this.running.set(image.id, run);
+    const done = this.turn.then(() => this.run(image, cancel.signal)).finally(() => this.running.delete(image.id));
+    this.turn = done.catch(() => undefined);
+    this.running.set(image.id, { done, cancel });
   }
 
   /** The image was deleted: a queued build never starts, a running one stops and its builder goes. */
   cancel(imageId: string): void {
-    this.cancels.get(imageId)?.abort();
+    this.running.get(imageId)?.cancel.abort();
   }
 
   /** At start: the builds a stopped service left unfinished. */
@@ -68,7 +64,7 @@ export class ImageBuilds {
 
   /** For tests and shutdown: the builds in progress. */
   settled(): Promise<unknown> {
-    return Promise.allSettled([...this.running.values()]);
+    return Promise.allSettled([...this.running.values()].map((build) => build.done));
   }
 
   private async run(image: Image, signal: AbortSignal): Promise<void> {
