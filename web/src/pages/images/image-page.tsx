@@ -8,7 +8,7 @@ import { useRefreshOn } from '../../ui/live';
 import { Button, ConfirmButton, ErrorNotice, Loaded, PageHeader, StatusBadge, Time, useAction, useLoad } from '../../ui/kit';
 import { Table } from '../../ui/table';
 import { pause, usePageVisible } from '../../visible';
-import { deleteImage, BuildState } from './image-table';
+import { deleteImage, deleteImageQuestion, BuildState } from './image-table';
 import { describeOs, describeResources, describeStrategy, type Image } from './data';
 
 const BUILD_POLL_MS = 5_000;
@@ -190,8 +190,7 @@ function DeleteImage({ image }: { image: Image }) {
     <div class="stack">
       <ConfirmButton
         label="Delete image"
-        question={`Delete the image “${image.name}”?`}
-        detail="Machines can no longer be created from it. An image a machine uses cannot be deleted."
+        {...deleteImageQuestion(image)}
         confirmLabel="Delete"
         danger
         busy={remove.busy}

@@ -44,6 +44,14 @@ export function deleteImage(image: Image): Promise<unknown> {
   return ok(api.DELETE('/v1/images/{id}', { params: { path: { id: image.id } } }));
 }
 
+/** What deleting an image asks before it goes, from its row and from its page alike. */
+export function deleteImageQuestion(image: Image): { question: string; detail: string } {
+  return {
+    question: `Delete the image “${image.name}”?`,
+    detail: 'Machines can no longer be created from it. An image a machine uses cannot be deleted.',
+  };
+}
+
 export function ImageTable({ images, onDeleted }: { images: Image[]; onDeleted(image: Image): void }) {
   return (
     <Table label="Your images" class="images" columns={['Name', 'Status', 'Components', 'Created']} actions>
@@ -93,8 +101,7 @@ function ImageRow({ image, onDeleted }: { image: Image; onDeleted(image: Image):
         <td class="row-actions">
           <ConfirmButton
             label="Delete"
-            question={`Delete the image “${image.name}”?`}
-            detail="Machines can no longer be created from it. An image a machine uses cannot be deleted."
+            {...deleteImageQuestion(image)}
             confirmLabel="Delete image"
             danger
             busy={remove.busy}
