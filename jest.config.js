@@ -12,11 +12,39 @@ const base = {
   },
   transformIgnorePatterns: ['/node_modules/(?!@apidevtools/json-schema-ref-parser/)'],
 };
+// Suites that run once, in the sqlite project: on PostgreSQL they would prove nothing more and boot
+// their guests a second time. Those that use no database at all (unit tests, the agent protocol, the
+// QEMU driver, image builds), and real-guest suites whose subject is the host side of a machine:
+// its network jail, boot snapshot files, the agent link to a hostile guest, the desktop's video
+// path, the layer builder (image-layers), SSH, terminals and the CLI over a guest (remote-access),
+// upgrades (operations). The database work they touch on is proved on both databases by the
+// integration suites (instances, images and builds, device keys, tunnels and usage, desktop links
+// and sessions) and by the machine suites that stay on both (lifecycle, recovery, checkpoints,
+// environments, images, create rules). The first start runs the README's way, on its default
+// database (SQLite in the data folder).
+const ONE_DATABASE = [
+  '<rootDir>/test/(unit|agent|compute|images)/',
+  '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|worker-machines)\\.test\\.ts$',
+  '<rootDir>/test/integration/worker-process\\.test\\.ts$', // no database: the worker never opens one
+  '<rootDir>/test/console/desktop-viewer\\.test\\.ts$',
+];
+// `npm test` (scripts/run-tests.mjs) runs the suite as two jest runs side by side: the suites that
+// boot real guests (QEMU under TCG takes a core; one at a time, as before) and the rest (no guest),
+// selected here by KISTE_TEST_GROUP. Unset: everything, one file at a time (`npx jest`).
+const GUEST_SUITES = [
+  'test/machines/(?!cli-image-wait\\.)[^/]+\\.test\\.ts$',
+  'test/console/(desktop-viewer|machines)\\.test\\.ts$',
+  'test/compute/(machine-display|disks|qemu-process|memory-session|layer-recovery)\\.test\\.ts$',
+  'test/images/boot\\.test\\.ts$',
+];
+const group = process.env.KISTE_TEST_GROUP;
+if (group && group !== 'guests' && group !== 'rest') throw new Error(`KISTE_TEST_GROUP must be guests or rest, not ${group}`);
+const selected = group === 'guests' ? { ...base, testMatch: undefined, testRegex: GUEST_SUITES.map((pattern) => `/${pattern}`) } : base;
+const ignore = (more) => ['/node_modules/', ...more, ...(group === 'rest' ? GUEST_SUITES.map((pattern) => `<rootDir>/${pattern}`) : [])];
 module.exports = {
   testTimeout: 30000,
   projects: [
-    { ...base, displayName: 'sqlite', setupFiles: ['<rootDir>/test/support/env-sqlite.js'] },
-    // guest tests that use no database boot their machines once, in the sqlite project
-    { ...base, displayName: 'postgres', setupFiles: ['<rootDir>/test/support/env-postgres.js'], testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/compute/machine-display\\.test\\.ts$'] },
+    { ...selected, displayName: 'sqlite', setupFiles: ['<rootDir>/test/support/env-sqlite.js'], testPathIgnorePatterns: ignore([]) },
+    { ...selected, displayName: 'postgres', setupFiles: ['<rootDir>/test/support/env-postgres.js'], testPathIgnorePatterns: ignore(ONE_DATABASE) },
   ],
 };

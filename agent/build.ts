@@ -19,7 +19,7 @@ export function agentVersion(): string {
       .filter((f) => f.endsWith('.ts'))
       .sort()
       .map((f) => join(ROOT, 'agent/src', f)),
-    join(ROOT, 'src/compute/agent-protocol.ts'),
+    join(ROOT, 'src/protocol/agent.ts'),
   ];
   for (const file of files) {
     hash.update(file.slice(ROOT.length));

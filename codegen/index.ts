@@ -1,4 +1,5 @@
-// `npm run codegen`: regenerates everything derived from openapi.yaml (and prisma/schema.prisma).
+// `npm run codegen`: regenerates everything derived from openapi.yaml, worker-api.yaml and
+// prisma/schema.prisma.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import openapiTS, { astToString } from 'openapi-typescript';
@@ -28,6 +29,12 @@ async function main(): Promise<void> {
   write('validators-bodies.js', validators.bodies);
   write('validators-params.d.ts', VALIDATORS_DTS);
   write('validators-bodies.d.ts', VALIDATORS_DTS);
+  console.log('codegen: worker-api.yaml');
+  const worker = loadSpec('worker-api.yaml');
+  const fromWorkerSpec = (text: string) => text.replace(BANNER, BANNER.replace('openapi.yaml', 'worker-api.yaml'));
+  write('worker-api.ts', fromWorkerSpec(BANNER + astToString(await openapiTS(worker as any, { alphabetize: true, enumValues: true }))));
+  write('worker-validators.js', fromWorkerSpec(renderValidators(worker, 'WorkerError').bodies));
+  write('worker-validators.d.ts', fromWorkerSpec(VALIDATORS_DTS));
   if (!process.argv.includes('--skip-prisma')) {
     console.log('codegen: prisma/schema.prisma');
     await generatePrismaClients();

@@ -34,8 +34,9 @@ export interface SpecOperation {
   operation: Record<string, any>;
 }
 
-export function loadSpec(): OpenApiDocument {
-  return parse(readFileSync(join(ROOT, 'openapi.yaml'), 'utf8')) as OpenApiDocument;
+/** openapi.yaml (the public API) or worker-api.yaml (the control plane ↔ worker protocol). */
+export function loadSpec(file: 'openapi.yaml' | 'worker-api.yaml' = 'openapi.yaml'): OpenApiDocument {
+  return parse(readFileSync(join(ROOT, file), 'utf8')) as OpenApiDocument;
 }
 
 export function operationsOf(doc: OpenApiDocument): SpecOperation[] {

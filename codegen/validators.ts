@@ -64,7 +64,8 @@ function jsonSchemaOf(content: Record<string, any> | undefined): unknown | undef
   return media?.schema ? portable(media.schema) : undefined;
 }
 
-export function renderValidators(doc: OpenApiDocument): { params: string; bodies: string } {
+/** `errorSchema`: the components schema every error answer has, exported under its own name. */
+export function renderValidators(doc: OpenApiDocument, errorSchema = 'ErrorResponse'): { params: string; bodies: string } {
   doc_ = doc;
   const paramsAjv = newAjv({ coerceTypes: true, useDefaults: true });
   const bodiesAjv = newAjv({});
@@ -93,8 +94,8 @@ export function renderValidators(doc: OpenApiDocument): { params: string; bodies
       bodyExports[name] = name;
     }
   }
-  bodiesAjv.addSchema({ $ref: `${COMPONENTS_ID}#/$defs/ErrorResponse` }, 'ErrorResponse');
-  bodyExports.ErrorResponse = 'ErrorResponse';
+  bodiesAjv.addSchema({ $ref: `${COMPONENTS_ID}#/$defs/${errorSchema}` }, errorSchema);
+  bodyExports[errorSchema] = errorSchema;
   const header = `/* eslint-disable */\n${BANNER}`;
   return {
     params: header + standaloneCode(paramsAjv, paramExports),

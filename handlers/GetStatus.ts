@@ -3,11 +3,12 @@ import type { Handler } from '../src/http/handler';
 export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
   const { limits } = services;
   const usage = await services.accountUsage.of(auth.accountId);
+  const machines = await services.instances.availability.now();
   return {
     status: 200,
     body: {
       object: 'status',
-      status: 'ok',
+      status: machines.available ? 'ok' : 'degraded',
       version: services.config.version,
       limits: {
         machines: limits.machines,
@@ -18,7 +19,7 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         api_tokens: limits.apiTokens,
         device_keys: limits.deviceKeys,
         webhooks: limits.webhooks,
-        ssh_tunnels: limits.sshTunnels,
+        ssh_tunnels: services.sshTunnels.perAccount,
         requests_per_minute: limits.requestsPerMinute,
         metrics_per_minute: limits.metricsPerMinute,
       },
@@ -43,6 +44,9 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         accelerator: services.machineHost.accelerator,
         open_signup: services.config.openSignup,
       },
+      machines: machines.available
+        ? { available: true, cause: null, reason: null, hint: null }
+        : { available: false, cause: machines.cause, reason: machines.reason, hint: machines.hint },
     },
   };
 };

@@ -1,6 +1,10 @@
 // Domain records → API shapes (snake_case, RFC 3339 times). One function per shape.
 import type { components } from '../src/generated/api';
-import type { Account, AccountDeletion, ApiToken, DeviceKey, Session } from '../src/store/prisma';
+import type { Account } from '../src/store/accounts';
+import type { ApiToken } from '../src/store/api-tokens';
+import type { AccountDeletion } from '../src/store/deletions';
+import type { DeviceKey } from '../src/store/device-keys';
+import type { Session } from '../src/store/sessions';
 
 type Schemas = components['schemas'];
 

@@ -12,6 +12,7 @@ import { basename, join, resolve } from 'node:path';
 import { shellQuote } from '../src/shell-quote';
 import { releaseNotes } from './components';
 import { abortError, run } from './exec';
+import { MmdebstrapProgress } from './mmdebstrap-progress';
 import { acquireLock, type HeldLock, type LockOwner } from './lock';
 import { AGENT_GUEST_PATH, AGENT_PORT_NAME, IMAGE_INFO_GUEST_PATH } from './profiles/base';
 import { getProfile } from './profiles';
@@ -409,6 +410,7 @@ async function buildRootfs(args: {
   const tmpRoot = `${args.rootPath}.tmp`;
   const argv = [
     '--mode=root',
+    '--verbose', // apt's and dpkg's own lines: the progress counts packages in them (mmdebstrap-progress.ts)
     `--variant=${profile.variant}`,
     '--format=directory',
     `--components=${profile.components.join(',')}`,
@@ -425,6 +427,7 @@ async function buildRootfs(args: {
     ...sources,
   ];
   const log = await fs.open(args.logPath, 'w');
+  const progress = new MmdebstrapProgress();
   try {
     await log.write(`mmdebstrap ${argv.map(q).join(' ')}\n`);
     await run('mmdebstrap', argv, {
@@ -434,7 +437,8 @@ async function buildRootfs(args: {
       signal: args.signal,
       onLine: (line) => {
         void log.write(`${line}\n`);
-        if (/^[IWE]: /.test(line)) args.detail(line.slice(3).replace(/ in shell: .*/, '').replace(/\.\.\.$/, ''));
+        const detail = progress.line(line);
+        if (detail !== null) args.detail(detail);
       },
     });
   } catch (err) {

@@ -33,6 +33,7 @@ import { openDatabase } from '../src/db/database';
 import { createApp } from '../src/http/app';
 import { createServices, type Services } from '../src/services';
 import { appendEvent } from '../src/store/events';
+import { PrismaTransactions } from '../src/store/transactions';
 import { close, listen, log } from './bench/support';
 
 const FOLLOWERS = Number(process.env.BENCH_FOLLOWERS ?? 100);
@@ -241,8 +242,9 @@ async function startKiste(databaseUrl: string | undefined, dataDir: string, rece
 }
 
 function commitEvent(kiste: Kiste): () => Promise<number> {
+  const transactions = new PrismaTransactions(kiste.services.database.prisma);
   return async () =>
-    Number(await kiste.services.database.prisma.$transaction((tx) =>
+    Number(await transactions.run((tx) =>
       appendEvent(tx, kiste.accountId, { type: 'device_key.deleted', resourceType: 'device_key', resourceId: 'bench', data: {} })));
 }
 

@@ -31,6 +31,7 @@ import { createServer as createTcpServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { listQemuProcesses, type QmpClient } from '../src/compute/qemu';
+import { HumanMonitorShape } from '../src/compute/qemu/qmp-shapes';
 import { pollUntil } from '../src/compute/qemu/wait';
 import type { Database } from '../src/db/database';
 import { sshHostKeyOf } from '../src/domain/ssh-host-key';
@@ -103,7 +104,7 @@ class DirectSsh {
     const uid = Number(uidLine?.split(/\s+/)[1]);
     if (!Number.isInteger(uid)) throw new Error(`cannot read the uid of QEMU ${qemu.pid}`);
     const port = await freePort();
-    const answer = await qmp.execute<string>('human-monitor-command', { 'command-line': `hostfwd_add net0 tcp:127.0.0.1:${port}-:22` });
+    const answer = await qmp.execute('human-monitor-command', { 'command-line': `hostfwd_add net0 tcp:127.0.0.1:${port}-:22` }, { result: HumanMonitorShape });
     if (answer.trim()) throw new Error(`hostfwd_add: ${answer.trim()}`);
     // The table of the machines' egress rules, named as src/compute/jail/machine-jail.ts names it.
     const direct = new DirectSsh(qmp, port, `kiste_${services.config.machineUidBase}`, uid);

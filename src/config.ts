@@ -19,6 +19,8 @@ export interface Config {
   requestsPerMinute: number;
   signInAttemptsPerMinute: number;
   logLevel: string;
+  /** KISTE_LOG_FORMAT: `auto` (readable lines on a terminal, JSON lines otherwise), `pretty` or `json`. */
+  logFormat: 'auto' | 'pretty' | 'json';
   version: string;
   /**
    * Host image that stands for the universal image: `desktop` (Xfce on the machine's display, the
@@ -27,6 +29,11 @@ export interface Config {
    */
   imageProfile: ImageProfile;
   imagesDir: string;
+  /**
+   * KISTE_IMAGE_CACHE_DIR: the image builder's root filesystems and downloaded packages (default
+   * `<imagesDir>/cache`); several installations, or a data folder made anew, may share one.
+   */
+  imageCacheDir: string | undefined;
   /**
    * New machines restore a boot snapshot of their image and configuration instead of booting
    * (made in the background after the first create of a configuration and after image builds).
@@ -50,6 +57,11 @@ export interface Config {
    * static-auth-secret); null: ICE host candidates only.
    */
   turn: { urls: string[]; secret: string } | null;
+  /**
+   * The Prometheus scrape endpoint (KISTE_METRICS_LISTEN, KISTE_METRICS_TOKEN): a listener of its
+   * own, never the public one; null: none. Off loopback it needs the token.
+   */
+  metrics: { host: string; port: number; token: string | null } | null;
 }
 
 export class ConfigError extends Error {}
@@ -92,11 +104,11 @@ function uidBase(value: string | undefined): number {
   return base;
 }
 
-function parseListen(value: string): { host: string; port: number } {
+function parseListen(value: string, name = 'KISTE_LISTEN'): { host: string; port: number } {
   const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(value);
-  if (!match) throw new ConfigError(`KISTE_LISTEN must be host:port, got "${value}"`);
+  if (!match) throw new ConfigError(`${name} must be host:port, got "${value}"`);
   const port = Number(match[3]);
-  if (port > 65535) throw new ConfigError(`KISTE_LISTEN port out of range: ${port}`);
+  if (port > 65535) throw new ConfigError(`${name} port out of range: ${port}`);
   return { host: match[1] ?? match[2] ?? '127.0.0.1', port };
 }
 
@@ -138,9 +150,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     requestsPerMinute: positiveInt('KISTE_REQUESTS_PER_MINUTE', env.KISTE_REQUESTS_PER_MINUTE, 600),
     signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
     logLevel: env.KISTE_LOG_LEVEL ?? 'info',
+    logFormat: oneOf('KISTE_LOG_FORMAT', env.KISTE_LOG_FORMAT, ['auto', 'pretty', 'json'] as const, 'auto'),
     version: env.npm_package_version ?? '0.1.0',
     imageProfile: oneOf('KISTE_IMAGE_PROFILE', env.KISTE_IMAGE_PROFILE, ['minimal', 'desktop', 'desktop-lite'] as const, 'desktop'),
     imagesDir: resolve(env.KISTE_IMAGE_DIR ?? resolve(env.KISTE_DATA_DIR ?? 'data', 'images')),
+    imageCacheDir: env.KISTE_IMAGE_CACHE_DIR ? resolve(env.KISTE_IMAGE_CACHE_DIR) : undefined,
     bootSnapshots: oneOf('KISTE_BOOT_SNAPSHOTS', env.KISTE_BOOT_SNAPSHOTS, ['on', 'off'] as const, 'on') === 'on',
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
     machineEgress: {
@@ -151,7 +165,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhooksAllowPrivateTargetsUnsafe: flag(env.KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE),
     smtp: smtpSettings(env.KISTE_SMTP_URL, env.KISTE_MAIL_FROM, baseUrl),
     turn: turnSettings(env.KISTE_TURN_URLS, env.KISTE_TURN_SECRET),
+    metrics: metricsSettings(env.KISTE_METRICS_LISTEN, env.KISTE_METRICS_TOKEN),
   };
+}
+
+function metricsSettings(listen: string | undefined, token: string | undefined): Config['metrics'] {
+  if (!listen) {
+    if (token) throw new ConfigError('KISTE_METRICS_TOKEN is set but KISTE_METRICS_LISTEN is not');
+    return null;
+  }
+  const { host, port } = parseListen(listen, 'KISTE_METRICS_LISTEN');
+  if (token !== undefined && token.length < 16) throw new ConfigError('KISTE_METRICS_TOKEN must be at least 16 characters');
+  if (!token && !isLoopbackHost(host)) throw new ConfigError(`KISTE_METRICS_LISTEN on ${host} (not loopback) needs KISTE_METRICS_TOKEN`);
+  return { host, port, token: token || null };
 }
 
 /** The relay URL (smtp:// or smtps://) and the From address: KISTE_MAIL_FROM, else the relay user when it is an address, else kiste@<base URL host name> (localhost for an IP address). */

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import pino, { Logger } from 'pino';
+import type { Logger } from 'pino';
 import { serviceJobs } from './background';
 import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
@@ -12,11 +12,15 @@ import { createApp } from './http/app';
 import { createServices, Services } from './services';
 import { probeAccelerator } from './compute/qemu';
 import { prepareImage } from './image-preparation';
+import { listenForMetrics } from './observability/metrics-listener';
+import { createServiceLogger } from './service-log';
 
 export interface RunningService {
   server: Server;
   services: Services;
   url: string;
+  /** The scrape endpoint when KISTE_METRICS_LISTEN is set. */
+  metricsUrl: string | null;
   stop(): Promise<void>;
 }
 
@@ -26,10 +30,13 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   logger.info(accelerator, 'machine accelerator');
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
   // The host must jail machines (own users, network rules, limits) before any starts; without it
-  // the service still serves the API and machines that run, but starts none (K09).
+  // the service still serves the API and machines that run, but starts none (K09) until a later
+  // check passes (the jail checks again when a start or GET /v1/status asks).
   const jailProblem = await services.machineHost.isolationProblem();
-  if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: no machine will start');
+  if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: none starts until this is mended (checked again when one is to start)');
   else logger.info({ uids: `${config.machineUidBase + 1}-${config.machineUidBase + 65_535}`, egress: config.machineEgress.mode, allow: config.machineEgress.allow.map((c) => c.cidr) }, 'machine jail ready');
+  // The image already on disk is known before reconciling, so a start cut short by the last exit can finish.
+  await services.machineHost.refreshImage(config.imageProfile);
   await services.instances.reconcile();
   const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
   if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
@@ -52,16 +59,20 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const url = `${config.tls ? 'https' : 'http'}://${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${port}`;
   const jobs = serviceJobs(services, logger);
   jobs.start();
+  const metricsListener = config.metrics ? await listenForMetrics(config.metrics, services.metrics, logger) : null;
+  if (metricsListener) logger.info({ url: metricsListener.url, token: Boolean(config.metrics?.token) }, 'metrics endpoint listening');
   return {
     server,
     services,
     url,
+    metricsUrl: metricsListener?.url ?? null,
     async stop() {
       // Upgraded connections do not end with server.close(): tunnels close first.
       services.sshTunnels.closeAll();
       services.terminals.closeAll();
       services.desktops.closeAll();
       webSockets.close();
+      await metricsListener?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
@@ -69,6 +80,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       await jobs.stop();
       await Promise.allSettled(services.instances.operations.pending());
       services.machineHost.detachAll(); // machines keep running; the next start adopts them
+      await services.machineJail.stopWatching(); // their network rules stay; the next start watches them again
       await database.close();
     },
   };
@@ -85,7 +97,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const logger = pino({ level: config.logLevel });
+  const logger = createServiceLogger(config.logLevel, config.logFormat);
   const running = await startService(config, logger);
   logger.info({ url: running.url, console: `${config.consoleUrl}/`, dataDir: config.dataDir, database: running.services.database.provider }, 'kiste is listening; open the console in a browser');
   let stopping = false;

@@ -33,15 +33,16 @@ import { SshTunnels, type TunnelSettings } from './domain/ssh-tunnels';
 import { Terminals, type TerminalSettings } from './domain/terminals';
 import { Desktops } from './domain/desktops';
 import { DesktopStore } from './store/desktop';
-import { untilDesktopReady, type MachineDisplay } from './compute/machine-display';
-import { QemuMachineDisplay } from './compute/guest-display';
+import type { MachineDisplay } from './compute/machine-display';
 import { DEFAULT_STREAM_SETTINGS } from './media/desktop-streamer';
 import { WebRtcDesktopStreamer } from './media/webrtc-streamer';
+import { EncoderJail } from './compute/jail/encoder-jail';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
-import { machineHostFolders, QemuMachineHost } from './compute/qemu-machine-host';
-import { HostJail } from './compute/jail';
+import type { QemuMachineHost } from './compute/qemu-machine-host';
+import { createComputeHost } from './compute/compute-host';
+import type { HostJail } from './compute/jail';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
 import { ApiTokenStore } from './store/api-tokens';
@@ -51,6 +52,7 @@ import { ExportLinkStore } from './store/exports';
 import { HeartbeatStore } from './store/heartbeats';
 import { OAuthCodeStore } from './store/oauth-codes';
 import { SessionStore } from './store/sessions';
+import { PrismaTransactions } from './store/transactions';
 import { WebhookStore } from './store/webhooks';
 import { SecretBox } from './domain/secret-box';
 import { WebhookDeliveries } from './domain/webhook-deliveries';
@@ -62,9 +64,11 @@ import { AlertChecks } from './domain/alert-checks';
 import { AlertOutbox } from './domain/alert-outbox';
 import { AlertStore } from './store/alerts';
 import { type MailSender, SmtpMailSender } from './mail/mail-sender';
+import { ServiceMetrics } from './observability/metrics';
 
 export interface Services {
   config: Config;
+  metrics: ServiceMetrics;
   database: Database;
   clock: Clock;
   limits: Limits;
@@ -143,6 +147,7 @@ export function installationSecret(config: Config): Buffer {
 
 export function createServices(config: Config, database: Database, options: ServiceOptions = {}): Services {
   const db = database.prisma;
+  const transactions = new PrismaTransactions(db);
   const clock = options.clock ?? systemClock;
   const limits = new Limits(config);
   const stores = {
@@ -156,32 +161,23 @@ export function createServices(config: Config, database: Database, options: Serv
     instances: new InstanceStore(db),
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
-  const folders = machineHostFolders(config.dataDir);
-  const jail = new HostJail({
-    machinesDir: folders.machines,
-    layersDir: folders.layers,
-    passThrough: [folders.machines, folders.layers, config.imagesDir],
-    uidBase: config.machineUidBase,
-    egress: config.machineEgress,
-    logger,
-  });
-  // The display reads the host's machines and the host waits for desktops before saving a boot snapshot.
-  let machineDisplay: MachineDisplay | undefined;
-  const machineHost = new QemuMachineHost({
+  const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus() });
+  const { jail, machineHost, machineDisplay } = createComputeHost({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
     accelerator: options.accelerator ?? 'tcg',
     bootSnapshots: config.bootSnapshots,
-    templateSettled: (id) => untilDesktopReady(machineDisplay!, id),
+    machineUidBase: config.machineUidBase,
+    machineEgress: config.machineEgress,
     logger,
-    jail,
+    machineDisplay: options.machineDisplay,
+    onAgentLinkDropped: () => metrics.linkDropped('agent'),
   });
-  machineDisplay = options.machineDisplay ?? new QemuMachineDisplay(machineHost);
   const secretKey = installationSecret(config);
   const credentials = new Credentials(stores, secretKey, clock);
   const imageStore = new ImageStore(db);
   const currentImage = () => machineHost.currentImage(config.imageProfile);
-  const imageBuilds = new ImageBuilds(db, imageStore, {
+  const imageBuilds = new ImageBuilds(transactions, imageStore, {
     profile: config.imageProfile,
     diskMib: (version) => {
       const manifest = machineHost.imageManifest({ profile: config.imageProfile, version, artifactKey: '' });
@@ -189,21 +185,21 @@ export function createServices(config: Config, database: Database, options: Serv
     },
     buildLayer: (request) => machineHost.buildLayer(request),
   }, clock, logger);
-  const images = new Images(db, imageStore, { currentImage, manifest: (image) => machineHost.imageManifest(image) }, imageBuilds, clock);
-  const environments = new Environments(db, new EnvironmentStore(db), stores.accounts, new SecretBox(secretKey, 'environment secret files'), clock);
+  const images = new Images(transactions, imageStore, { currentImage, manifest: (image) => machineHost.imageManifest(image) }, imageBuilds, clock);
+  const environments = new Environments(transactions, new EnvironmentStore(db), stores.accounts, new SecretBox(secretKey, 'environment secret files'), clock);
   const setups = new InstanceSetupStore(db);
-  const environmentSetup = new EnvironmentSetup(db, { instances: stores.instances, setups }, (id) => machineHost.agent(id), clock, logger);
-  const instances = new Instances(db, stores, machineHost, limits, clock, {
+  const environmentSetup = new EnvironmentSetup(transactions, { instances: stores.instances, setups }, (id) => machineHost.agent(id), clock, logger);
+  const instances = new Instances(transactions, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
     hostMemoryReserveMib: 512,
-  }, { images, environments, setup: environmentSetup }, logger);
+  }, { images, environments, setup: environmentSetup }, logger, metrics);
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
   const sshTunnels = new SshTunnels(instances, machineHost, options.tunnels);
   const webhookSecrets = new SecretBox(secretKey, 'webhook signing secrets');
-  const webhookDeliveries = new WebhookDeliveries(db, webhookStore, webhookSecrets, clock, database.commits, {
+  const webhookDeliveries = new WebhookDeliveries(transactions, webhookStore, webhookSecrets, clock, database.commits, {
     ...webhookTarget,
     send: sendWebhook,
     ca: options.webhooks?.ca,
@@ -212,27 +208,28 @@ export function createServices(config: Config, database: Database, options: Serv
     userAgent: `kiste-webhooks/${config.version}`,
     logger,
   });
-  const signIn = new SignIn(db, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
+  const signIn = new SignIn(transactions, stores, limits, clock, (accountId) => credentials.forgetAccount(accountId));
   const alertStore = new AlertStore(db);
   const mailSender = options.mailSender ?? (config.smtp ? new SmtpMailSender(config.smtp) : null);
-  const alerts = new Alerts(db, alertStore, stores.accounts, clock, mailSender !== null,
+  const alerts = new Alerts(transactions, alertStore, stores.accounts, clock, mailSender !== null,
     new AlertOutbox(alertStore, mailSender, clock, { baseUrl: config.baseUrl }, logger),
-    new AlertChecks(db, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
+    new AlertChecks(transactions, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
   return {
     config,
+    metrics,
     database,
     clock,
     limits,
     budgets: new MinuteBudgets(() => clock.now().getTime()),
     credentials,
     signIn,
-    accounts: new Accounts(db, stores, clock),
+    accounts: new Accounts(transactions, stores, clock),
     accountUsage: new AccountUsage({ ...stores, webhooks: webhookStore }, sshTunnels, clock),
-    apiTokens: new ApiTokens(db, stores.apiTokens, stores.accounts, limits, clock),
-    deviceKeys: new DeviceKeys(db, stores.deviceKeys, stores.accounts, limits, clock),
-    oauth: new OAuth(db, stores.oauthCodes, signIn, clock),
-    deletions: new AccountDeletions(db, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
-    platform: new Platform(new HeartbeatStore(db), clock),
+    apiTokens: new ApiTokens(transactions, stores.apiTokens, stores.accounts, limits, clock),
+    deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
+    oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
+    deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
+    platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),
     events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,
     machineJail: jail,
@@ -241,15 +238,15 @@ export function createServices(config: Config, database: Database, options: Serv
     imageBuilds,
     environments,
     instanceSetups: setups,
-    commands: new Commands(db, new CommandStore(db), instances, machineHost, environments, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
+    commands: new Commands(transactions, new CommandStore(db), instances, machineHost, environments, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels,
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
       machineDisplay,
-      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
+      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost), encoders: new EncoderJail({ uidBase: config.machineUidBase }), logger }),
       config.turn, clock),
     alerts,
-    webhooks: new Webhooks(db, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
+    webhooks: new Webhooks(transactions, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,
     builtFiles: options.builtFiles ?? new DistFiles(join(packageRoot(), 'dist')),
     startedAt: clock.now(),

@@ -1,6 +1,6 @@
 // Agent configuration from the environment. Everything that touches the machine (paths, ports) can
 // be pointed elsewhere, so the test suite runs the real bundle on a development host against fixtures.
-import { GUEST_PORT_PATH } from '../../src/compute/agent-protocol';
+import { GUEST_PORT_PATH } from '../../src/protocol/agent';
 
 export type LinkConfig =
   | { mode: 'device'; path: string }

@@ -1,5 +1,5 @@
 // A failure the agent answers with (RESPONSE error {code, message}) instead of crashing.
-import type { AgentErrorCode } from '../../src/compute/agent-protocol';
+import type { AgentErrorCode } from '../../src/protocol/agent';
 
 export class AgentError extends Error {
   constructor(

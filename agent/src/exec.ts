@@ -16,7 +16,7 @@ import {
   OUTPUT_HEADER_BYTES,
   OutputStreamName,
   syncSafeLength,
-} from '../../src/compute/agent-protocol';
+} from '../../src/protocol/agent';
 import { AgentError, errnoCode } from './errors';
 import { FifoPool } from './pipes';
 import { Channel, ChannelSink, Reply, RequestContext } from './session';

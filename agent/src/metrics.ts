@@ -3,7 +3,7 @@
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import { join } from 'node:path';
-import type { CapacityMetrics, MetricsResult, ProcessMetrics } from '../../src/compute/agent-protocol';
+import type { CapacityMetrics, MetricsResult, ProcessMetrics } from '../../src/protocol/agent';
 import type { AgentConfig } from './config';
 import * as procfs from './procfs';
 import { int, object } from './validate';

@@ -3,7 +3,7 @@
 // run it against a temporary directory.
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import type { HostKey, PersonaliseResult } from '../../src/compute/agent-protocol';
+import type { HostKey, PersonaliseResult } from '../../src/protocol/agent';
 import { runCommand } from './commands';
 import type { AgentConfig } from './config';
 import { AgentError } from './errors';

@@ -1,7 +1,7 @@
 // Readiness: commands are accepted as soon as the agent answers; SSH is ready once its port
 // accepts a TCP connection. The agent polls until it does and then tells the host unasked.
 import * as net from 'node:net';
-import type { ReadyResult } from '../../src/compute/agent-protocol';
+import type { ReadyResult } from '../../src/protocol/agent';
 import type { AgentConfig } from './config';
 
 const POLL_MS = 250;

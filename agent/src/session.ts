@@ -20,7 +20,7 @@ import {
   RequestMessage,
   SUPPORTED_PROTOCOL_VERSIONS,
   SyncPhase,
-} from '../../src/compute/agent-protocol';
+} from '../../src/protocol/agent';
 import type { AgentConfig } from './config';
 import { AgentError } from './errors';
 import type { Link } from './link';

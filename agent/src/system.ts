@@ -2,7 +2,7 @@
 // disk checkpoint) and shutdown.
 import { promises as fs } from 'node:fs';
 import { join } from 'node:path';
-import type { TimeSetResult } from '../../src/compute/agent-protocol';
+import type { TimeSetResult } from '../../src/protocol/agent';
 import { runCommand } from './commands';
 import type { AgentConfig } from './config';
 import type { Logger } from './log';

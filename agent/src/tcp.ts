@@ -8,7 +8,7 @@ import {
   DEFAULT_WINDOW,
   encodeRawData,
   MAX_DATA_CHUNK,
-} from '../../src/compute/agent-protocol';
+} from '../../src/protocol/agent';
 import { AgentError, errnoCode } from './errors';
 import { Channel, ChannelSink, Reply, RequestContext } from './session';
 import { int, object, str } from './validate';

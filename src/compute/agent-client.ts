@@ -4,9 +4,14 @@
 // turns stream channels into an async iterable (exec) or a Duplex (tcp) whose consumer's pace
 // drives the WINDOW credit: a slow consumer slows the guest, never grows a buffer.
 //
+// The guest is not trusted (./agent/connection.ts): every answer is parsed into its method's
+// declared shape (../protocol/agent-shapes.ts) before a caller sees it, every call has a deadline,
+// and what the service holds for a guest that does not read is bounded (./agent/link-writer.ts).
+//
 // This file is the public entry: the AgentClient facade and re-exports. The parts live in
 // ./agent/: connection (stream, SYNC, hello, reconnect), requests (ids, timeouts, answers),
-// channels (routing stream frames), exec-handle, tcp-stream, credit-writer, options, errors.
+// channels (routing stream frames), exec-handle, tcp-stream, credit-writer, link-writer, shapes,
+// options, errors.
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import type {
@@ -21,14 +26,20 @@ import type {
   PersonaliseResult,
   ReadyResult,
   TimeSetResult,
-} from './agent-protocol';
-import { clampWindow } from './agent-protocol';
+} from '../protocol/agent';
+import { clampWindow } from '../protocol/agent';
 import { AgentConnection, connectUnix } from './agent/connection';
 import { AgentCallError } from './agent/errors';
 import { ExecHandle } from './agent/exec-handle';
 import { AgentClientOptions, NOOP_LOGGER, RequestOptions, ResolvedOptions, resolveOptions } from './agent/options';
+import { HostKeyShape, type ParsedResult } from '../protocol/agent-shapes';
 import { AgentTcpStream } from './agent/tcp-stream';
 import type { GuestAgent } from './guest-agent';
+
+/** The most output run() collects (it is for small outputs): a call may ask for less. */
+export const RUN_OUTPUT_LIMIT = 4 * 1024 * 1024;
+/** run()'s deadline when the call names neither one nor a timeout for the command. */
+export const RUN_DEADLINE_MS = 60_000;
 
 export { AgentCallError } from './agent/errors';
 export type { AgentCallErrorCode } from './agent/errors';
@@ -57,6 +68,7 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
         if (event === 'ready') this.emit('ready', data as ReadyResult);
         this.emit('event', event, data);
       },
+      linkDropped: (reason) => options.onLinkDropped?.(reason),
     });
   }
 
@@ -101,8 +113,9 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
 
   // --- methods ---------------------------------------------------------------------------------
 
-  request<M extends AgentMethod>(method: M, params: AgentMethods[M]['params'], options: RequestOptions = {}): Promise<AgentMethods[M]['result']> {
-    return this.connection.call(method, params, options) as Promise<AgentMethods[M]['result']>;
+  /** A request with a deadline (options.timeoutMs, else the client's default); the answer is parsed into its shape. */
+  request<M extends AgentMethod>(method: M, params: AgentMethods[M]['params'], options: RequestOptions = {}): Promise<ParsedResult<M>> {
+    return this.connection.call(method, params, options) as Promise<ParsedResult<M>>;
   }
 
   ready(options?: RequestOptions): Promise<ReadyResult> {
@@ -142,8 +155,16 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
    * Host name, authorized keys and (first boot, fork) new SSH host keys and machine id. Key
    * generation is slow under TCG.
    */
-  personalise(params: PersonaliseParams, options: RequestOptions = { timeoutMs: 300_000 }): Promise<PersonaliseResult> {
-    return this.request('personalise', params, options);
+  async personalise(params: PersonaliseParams, options: RequestOptions = { timeoutMs: 300_000 }): Promise<PersonaliseResult> {
+    const result = await this.request('personalise', params, options);
+    // Each key on its own: one odd file in the guest's /etc/ssh costs that key, not the start.
+    const hostKeys = result.host_keys.flatMap((raw) => {
+      const key = HostKeyShape.parse(raw);
+      if (key.ok) return [{ algorithm: key.value.algorithm, public_key: key.value.public_key }];
+      this.connection.peerFault(key.reason);
+      return [];
+    });
+    return { ...result, host_keys: hostKeys };
   }
 
   setTime(epochMs = Date.now(), options?: RequestOptions): Promise<TimeSetResult> {
@@ -158,27 +179,48 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
     return this.request('shutdown', { reboot }, options);
   }
 
-  /** Starts a command; its output is read from the handle, at the reader's pace. */
+  /**
+   * Starts a command; its output is read from the handle, at the reader's pace. A command with a
+   * timeout ends on the host's side too if the guest does not end it (ExecHandle).
+   */
   async exec(params: ExecStartParams, options?: RequestOptions): Promise<ExecHandle> {
     const window = clampWindow(params.window_bytes ?? this.opts.windowBytes);
     let handle: ExecHandle | null = null;
     // The channel registers synchronously with the response, so no frame of it can arrive unrouted.
     await this.connection.call('exec.start', { ...params, window_bytes: window }, options ?? {}, (raw) => {
       const result = raw as AgentMethods['exec.start']['result'];
-      handle = new ExecHandle(this, result.channel, result.pid, window, params.stdin ? result.window_bytes : 0);
+      handle = new ExecHandle(this, result.channel, result.pid, window, params.stdin ? result.window_bytes : 0, params.timeout_ms ?? 0, this.opts.exitGraceMs);
       this.connection.channels.register(result.channel, handle.channelHandler());
     });
     return handle as unknown as ExecHandle;
   }
 
-  /** Runs a command to its end and collects its output (for small outputs). */
-  async run(params: ExecStartParams, options?: RequestOptions): Promise<ExecExitEvent & { stdout: Buffer; stderr: Buffer }> {
-    const handle = await this.exec(params, options);
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    for await (const chunk of handle) (chunk.stream === 'stdout' ? out : err).push(chunk.data);
-    const exit = await handle.exit;
-    return { ...exit, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
+  /**
+   * Runs a command to its end and collects its output, at most RUN_OUTPUT_LIMIT bytes (or the
+   * call's output_limit_bytes). options.timeoutMs is the deadline of the whole run; without it,
+   * the command's timeout plus the client's exitGraceMs, or RUN_DEADLINE_MS.
+   */
+  async run(params: ExecStartParams, options: RequestOptions = {}): Promise<ExecExitEvent & { stdout: Buffer; stderr: Buffer }> {
+    const limit = Math.min(params.output_limit_bytes ?? RUN_OUTPUT_LIMIT, RUN_OUTPUT_LIMIT);
+    const deadlineMs = options.timeoutMs ?? (params.timeout_ms ? params.timeout_ms + this.opts.exitGraceMs : RUN_DEADLINE_MS);
+    const deadline = Date.now() + deadlineMs;
+    const handle = await this.exec({ ...params, output_limit_bytes: limit }, { timeoutMs: deadlineMs });
+    const timer = setTimeout(() => handle.giveUp(new AgentCallError('timeout', `${params.argv[0]}: did not finish within ${deadlineMs} ms`)), deadline - Date.now());
+    try {
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      let bytes = 0;
+      for await (const chunk of handle) {
+        bytes += chunk.data.length;
+        // The agent cuts output at the limit; more is an agent that ignores it.
+        if (bytes > limit) handle.giveUp(new AgentCallError('protocol', `${params.argv[0]}: output beyond its limit of ${limit} bytes`));
+        else (chunk.stream === 'stdout' ? out : err).push(chunk.data);
+      }
+      const exit = await handle.exit;
+      return { ...exit, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** A byte stream to a TCP port inside the guest. */
@@ -190,7 +232,10 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
       stream = new AgentTcpStream(this, result.channel, window, result.window_bytes);
       this.connection.channels.register(result.channel, stream.channelHandler());
     });
-    return stream as unknown as Duplex;
+    const opened = stream as unknown as AgentTcpStream;
+    // Broken by the frames that came with the answer (see AgentTcpStream): the open failed.
+    if (opened.errored) throw opened.errored;
+    return opened;
   }
 
   // --- internals used by channels (ChannelLink) ------------------------------------------------
@@ -198,6 +243,16 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
   /** @internal */
   sendFrame(parts: Buffer[]): void {
     this.connection.sendFrame(parts);
+  }
+
+  /** @internal */
+  dataRoom(wake: () => void): boolean {
+    return this.connection.dataRoom(wake);
+  }
+
+  /** @internal */
+  peerFault(reason: string): void {
+    this.connection.peerFault(reason);
   }
 
   /** @internal */

@@ -7,13 +7,16 @@ export class AgentRegistry {
   private readonly agents = new Map<string, AgentClient>();
 
   /** `socketOf`: where a machine's QEMU serves the agent's virtio-serial port. */
-  constructor(private readonly socketOf: (id: string) => string) {}
+  constructor(
+    private readonly socketOf: (id: string) => string,
+    private readonly onLinkDropped?: (id: string, reason: string) => void,
+  ) {}
 
   get(id: string): AgentClient {
     let agent = this.agents.get(id);
     if (!agent) {
       const socket = this.socketOf(id);
-      agent = new AgentClient({ connect: () => connect(socket) });
+      agent = new AgentClient({ connect: () => connect(socket), onLinkDropped: (reason) => this.onLinkDropped?.(id, reason) });
       this.agents.set(id, agent);
     }
     return agent;

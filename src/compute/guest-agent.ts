@@ -1,7 +1,7 @@
 // A machine's guest agent as code outside src/compute uses it (MachineHost.agent): the requests it
 // makes, not the connection's upkeep. AgentClient implements it; the domain depends on this alone.
 import type { Duplex } from 'node:stream';
-import type { ExecExitEvent, ExecStartParams, MetricsResult } from './agent-protocol';
+import type { ExecExitEvent, ExecStartParams, MetricsResult } from '../protocol/agent';
 import type { ExecHandle } from './agent/exec-handle';
 import type { RequestOptions } from './agent/options';
 

@@ -7,7 +7,8 @@ import { existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { AgentClient } from './agent-client';
-import { CLIPBOARD_MAX_BYTES, DISPLAY_MAX, DISPLAY_MIN, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
+import { CLIPBOARD_MAX_BYTES, DISPLAY_MAX, DISPLAY_MIN, ScreenSize, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
+import { peerShape, peerText } from '../protocol/peer-input';
 
 /** What a display needs of the machine host (QemuMachineHost has all of it). */
 export interface DisplayHost {
@@ -18,6 +19,9 @@ export interface DisplayHost {
   displaySocket(id: string): string;
   agent(id: string): AgentClient;
 }
+
+/** The size the guest says its screen has after a resize (guest output: bounded before it is passed on). */
+const ReportedSizeShape = peerShape('guest screen size', ScreenSize);
 
 /** The guest's side, as the display images set it up (images/profiles/display.ts). */
 const GUEST = {
@@ -125,11 +129,13 @@ export class QemuMachineDisplay implements MachineDisplay {
     const result = await this.asDesktopUser(id, ['sh', '-c', RESIZE_SCRIPT, 'kiste-resize', String(wanted.width), String(wanted.height)], {
       timeoutMs: this.options.resizeTimeoutMs ?? 30_000,
     });
-    const now = /^(\d+) (\d+)$/m.exec(result.stdout.toString());
+    const now = /^(\d{1,6}) (\d{1,6})$/m.exec(result.stdout.toString());
     if (result.exit_code !== 0 || !now) {
-      throw new Error(`the guest could not set its screen to ${wanted.width}x${wanted.height}: ${result.stderr.toString().trim().slice(0, 500) || `exit ${result.exit_code}`}`);
+      throw new Error(`the guest could not set its screen to ${wanted.width}x${wanted.height}: ${peerText(result.stderr.toString().trim(), 500) || `exit ${result.exit_code}`}`);
     }
-    return { width: Number(now[1]), height: Number(now[2]) };
+    const reported = ReportedSizeShape.parse({ width: Number(now[1]), height: Number(now[2]) });
+    if (!reported.ok) throw new Error(`the guest reported a screen size that does not fit: ${reported.reason}`);
+    return reported.value;
   }
 
   async readClipboard(id: string): Promise<string> {

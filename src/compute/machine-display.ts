@@ -2,6 +2,7 @@
 // remote-framebuffer (RFB) stream of it, and its size. The implementation sits on QEMU's own VNC
 // server (pixels and input never pass through guest code on the way out) and the guest agent.
 import type { Duplex } from 'node:stream';
+import { Type } from '@sinclair/typebox';
 
 /**
  * - `none`: the machine's image has no display (e.g. the minimal profile);
@@ -19,6 +20,8 @@ export interface DisplaySize {
 /** Bounds a resize is clamped to (the display device's memory holds 4 bytes per pixel). */
 export const DISPLAY_MIN: DisplaySize = { width: 640, height: 480 };
 export const DISPLAY_MAX: DisplaySize = { width: 2560, height: 1600 };
+/** A screen size as a guest or its QEMU reports it: nothing beyond what the display device can show. */
+export const ScreenSize = Type.Object({ width: Type.Integer({ minimum: 1, maximum: DISPLAY_MAX.width }), height: Type.Integer({ minimum: 1, maximum: DISPLAY_MAX.height }) });
 
 export interface MachineDisplay {
   state(id: string): Promise<DisplayState>;

@@ -1,5 +1,6 @@
-// The one interface the instance domain uses to run machines. Its implementation drives QEMU,
-// the image store and the guest agent; the domain knows none of them.
+// What the domain asks of a host that runs machines, split by job: host checks, images, guest
+// agents, machines. Its implementation drives QEMU, the image store and the guest agent; the
+// domain knows none of them.
 import type { ImageManifest } from '../../images';
 import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
 import type { GuestAgent } from './guest-agent';
@@ -62,8 +63,20 @@ export interface HostCapacity {
   freeMemoryMib: number;
 }
 
-export interface MachineHost {
+/**
+ * What the host is and can take: the domain checks new and starting machines against it, and
+ * refuses to create machines while they cannot be isolated.
+ */
+export interface HostChecks {
   readonly accelerator: Accelerator;
+  /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
+  isolationProblem(): Promise<{ reason: string; hint: string } | null>;
+  /** What the host can still take (the domain checks new and starting machines against it). */
+  capacity(): Promise<HostCapacity>;
+}
+
+/** The images a host runs machines from, and the layers it builds on them. */
+export interface HostImages {
   /** The newest ready image of a profile, or null while none is ready yet. */
   currentImage(profile: ImageProfile): HostImage | null;
   imageBuildState(profile: ImageProfile): ImageBuildState;
@@ -71,10 +84,15 @@ export interface MachineHost {
   imageManifest(image: HostImage): ImageManifest | null;
   /** Builds (or finds) the derived layer of `request.key` on `request.base` in a builder machine. */
   buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
-  /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
-  isolationProblem(): Promise<{ reason: string; hint: string } | null>;
-  /** What the host can still take (the domain checks new and starting machines against it). */
-  capacity(): Promise<HostCapacity>;
+}
+
+/** A running machine's guest agent: commands, byte streams, metrics. */
+export interface GuestAgents {
+  agent(id: string): GuestAgent;
+}
+
+/** Machines' lives on a host: create, fork, start, stop, checkpoint, destroy, and finding them again after a restart. */
+export interface Machines {
   /**
    * A new machine on the image, running once SSH listens and the agent takes commands: restored
    * from the boot snapshot of its configuration when one is ready (then personalised), else booted
@@ -105,13 +123,20 @@ export interface MachineHost {
    * chain of checkpoint layers bounded; `taken` is false when nothing changed or it is not running.
    */
   checkpoint(id: string): Promise<{ taken: boolean }>;
+  /** At start, after adopting: removes every machine (files, QEMU) that is none of `owned`, the machines the records own; returns their ids. */
+  removeStrays(owned: readonly string[]): Promise<string[]>;
   /** At start, after adopting: removes disk layers no machine uses any more. */
   removeUnusedLayers(): Promise<void>;
   /** Kills whatever runs and removes the machine's files. */
   destroy(id: string): Promise<void>;
-  agent(id: string): GuestAgent;
   /** The last lines of the serial console. */
   consoleTail(id: string, lines: number): Promise<string>;
   /** Machines this host has files or processes for (for reaping orphans). */
   knownMachineIds(): Promise<string[]>;
 }
+
+/**
+ * Everything one host does, split by job above so each caller holds only the part it uses (and a
+ * worker protocol client can stand in for each part).
+ */
+export interface MachineHost extends HostChecks, HostImages, GuestAgents, Machines {}

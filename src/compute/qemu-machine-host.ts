@@ -21,7 +21,7 @@ import { ImageCatalogue, readImageManifest } from './image-catalogue';
 import { InstantCopies } from './instant-copies';
 import { LayerStore } from './layers';
 import type { DisplaySize } from './machine-display';
-import type { MachineJail } from './jail';
+import type { MachineJail, QemuFiles } from './jail';
 import type {
   Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine,
 } from './machine-host';
@@ -30,11 +30,13 @@ import {
   adoptMachine,
   createOverlay,
   dirtyBitmapCount,
+  findOwnProcess,
   killMachine,
   machineFiles,
   MachineAlreadyRunningError,
   MachineSpec,
   QemuMachine,
+  reapOrphans,
   type StartOptions,
   restoreMemory,
   saveMemory,
@@ -63,6 +65,8 @@ export interface QemuHostOptions {
   logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
   /** Every QEMU runs in it (its own user, files, network rules, limits). */
   jail: MachineJail;
+  /** A machine's agent link was dropped because the guest misbehaved (the service counts these). */
+  onAgentLinkDropped?: (id: string, reason: string) => void;
 }
 
 /** Where a host keeps its machines' folders and disk layers. */
@@ -96,7 +100,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     this.layers = new LayerStore(folders.layers, options.imagesDir);
     this.chains = new DiskChains(this.layers, this.machinesDir, options.logger);
     this.images = new ImageCatalogue(options.imagesDir);
-    this.agents = new AgentRegistry((id) => machineFiles(this.machineDir(id)).agentSocket);
+    this.agents = new AgentRegistry((id) => machineFiles(this.machineDir(id)).agentSocket, options.onAgentLinkDropped);
     this.copies = new InstantCopies({
       exclusive: (id, work) => this.exclusive(id, work),
       machine: (id) => this.machine(id),
@@ -233,6 +237,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
         snapshotActive(machine.qmp, { newFile: this.layers.path(next), newNode: nodeName(next), prepareFile: (file) => this.jail.ownLayer(id, file) }),
       );
       await this.chains.compact(id, machine, await this.activeLayers(id));
+      this.jail.showLayers(id, await this.layers.layersOf(this.chains.state(id).active)); // merged layers leave its view
       return { taken: true };
     });
   }
@@ -242,7 +247,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     rmSync(files.stateFile, { force: true });
     rmSync(files.memoryFile, { force: true });
     await this.exclusive(id, () =>
-      this.jailed(id, shape, async (start) => {
+      this.jailed(id, shape, image, async (start) => {
         // Paused until its folder is sealed: the guest runs no instruction while QEMU's files are its own.
         const machine = await startMachine({ ...this.spec(id, shape, image), paused: true }, start);
         this.running.set(id, machine);
@@ -263,7 +268,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     const files = machineFiles(this.machineDir(id));
     let restored: QemuMachine | undefined;
     await this.exclusive(id, () =>
-      this.jailed(id, shape, async (start) => {
+      this.jailed(id, shape, image, async (start) => {
         const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeLoad: () => this.jail.seal(id) });
         this.running.set(id, machine);
         await trackChanges(machine);
@@ -351,6 +356,24 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       await machine.qmp.execute('cont');
     }
     return machine;
+  }
+
+  /**
+   * Only at start, before machines are driven: removes every machine that is none of `owned` —
+   * its files, and any QEMU of this host's machines folder, also one whose folder is already gone.
+   */
+  async removeStrays(owned: readonly string[]): Promise<string[]> {
+    const keep = new Set(owned);
+    const removed: string[] = [];
+    for (const id of await this.knownMachineIds()) {
+      if (keep.has(id)) continue;
+      await this.destroy(id);
+      removed.push(id);
+    }
+    const reaped = await reapOrphans({ machinesRoot: this.machinesDir, isOrphan: (info) => !keep.has(info.machineId) });
+    for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
+    if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
+    return removed;
   }
 
   /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */
@@ -479,11 +502,13 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
    * whatever happens, the run folder is sealed again, and a start that failed leaves neither a QEMU
    * nor its limits.
    */
-  private async jailed(id: string, shape: MachineShape, work: (start: Pick<StartOptions, 'launch' | 'logFile'>) => Promise<void>): Promise<void> {
+  private async jailed(id: string, shape: MachineShape, image: HostImage, work: (start: Pick<StartOptions, 'launch' | 'logFile' | 'logger'>) => Promise<void>): Promise<void> {
     if (!this.jail.hasUser(id)) await this.adoptIntoJail(id);
-    const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib });
+    const running = findOwnProcess({ id, pidFile: machineFiles(this.machineDir(id)).pidFile });
+    if (running !== undefined) throw new MachineAlreadyRunningError(id, running); // its view and console log are in use: left alone
+    const launch = await this.jail.beforeStart(id, { vcpu: shape.vcpu, memoryMib: shape.memoryMib }, await this.qemuFiles(id, shape, image));
     try {
-      await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog }); // seals before the guest runs
+      await work({ launch, logFile: machineFiles(this.machineDir(id)).qemuLog, logger: this.options.logger }); // seals before the guest runs
     } catch (error) {
       // A start that failed leaves no QEMU of its own behind (it may be paused, never sealed).
       const machine = error instanceof MachineAlreadyRunningError ? undefined : await this.machine(id).catch(() => undefined);
@@ -492,6 +517,14 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       await this.jail.seal(id).catch(() => undefined);
       throw error;
     }
+  }
+
+  /** What the machine's QEMU opens besides its run folder: its chain's layers, and read-only its kernel, initrd and image disks. */
+  private async qemuFiles(id: string, shape: MachineShape, image: HostImage): Promise<QemuFiles> {
+    const spec = this.spec(id, shape, image);
+    const chain = await this.layers.filesOf(this.chains.state(id).active);
+    const isLayer = (file: string) => dirname(file) === this.layers.dir;
+    return { layers: chain.filter(isLayer), readOnly: [spec.kernel, ...(spec.initrd ? [spec.initrd] : []), ...chain.filter((file) => !isLayer(file))] };
   }
 
   /** A machine made before machines were jailed: a user of its own, its layers its own or shared. */
@@ -523,12 +556,18 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
 
   private async machine(id: string): Promise<QemuMachine | undefined> {
     const known = this.running.get(id);
-    if (known?.alive()) return known;
+    if (known?.alive() && !known.qmp.closed) return known;
+    // Gone, or its monitor link closed (QEMU broke the protocol): the link is opened again, as after
+    // a restart. A QEMU that still runs but does not take a new link (it is quitting) stays known as
+    // it was: its calls fail, it is not forgotten.
     this.running.delete(id);
     const files = machineFiles(this.machineDir(id));
     const adopted = await adoptMachine({
       id, pidFile: files.pidFile, qmpSocket: files.qmpSocket, agentSocket: files.agentSocket,
       memoryFile: this.options.fileBackedMemory === false ? undefined : files.memoryFile, // a save must know the RAM is a shared file
+    }, { logger: this.options.logger }).catch((error: unknown) => {
+      if (known?.alive()) return known;
+      throw error;
     });
     if (adopted) this.running.set(id, adopted);
     return adopted;

@@ -4,12 +4,12 @@
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import type { ApiTokenStore } from '../store/api-tokens';
-import type { AccountDeletionStore } from '../store/deletions';
+import type { AccountDeletion, AccountDeletionStore } from '../store/deletions';
 import { appendEvent } from '../store/events';
-import type { AccountDeletion, Db } from '../store/prisma';
 import type { SessionStore } from '../store/sessions';
 import type { Clock } from './clock';
 import { newId, verifyPassword } from './secrets';
+import type { Transactions } from './transactions';
 
 export type DeletionStep = 'workers' | 'billing' | 'records' | 'done';
 
@@ -25,7 +25,7 @@ const NEXT_STEP: Record<Exclude<DeletionStep, 'done'>, DeletionStep> = { workers
 
 export class AccountDeletions {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: { accounts: AccountStore; sessions: SessionStore; apiTokens: ApiTokenStore; deletions: AccountDeletionStore },
     private readonly steps: DeletionSteps,
     private readonly clock: Clock,
@@ -40,7 +40,7 @@ export class AccountDeletions {
     if (!emailMatches) throw new KisteError('A31', { message: 'confirm must be the account e-mail address', param: 'confirm' });
     if (!passwordMatches) throw new KisteError('A31', { message: 'The password is not correct', param: 'password' });
     const now = this.clock.now();
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       await appendEvent(tx, accountId, { type: 'account.deletion_requested', resourceType: 'account', resourceId: accountId, data: {} });
       if (!(await this.stores.accounts.markDeletionRequested(tx, accountId, now))) throw new KisteError('A32');
       await this.stores.sessions.revokeAll(tx, accountId, now);
@@ -68,21 +68,21 @@ export class AccountDeletions {
       while (current.step !== 'done') {
         const step = current.step as Exclude<DeletionStep, 'done'>;
         if (step === 'records') {
-          current = await this.db.$transaction(async (tx) => {
+          current = await this.transactions.run(async (tx) => {
             await this.stores.accounts.delete(tx, current.accountId);
-            return this.stores.deletions.update(tx, current.id, { step: NEXT_STEP[step], lastError: null });
+            return this.stores.deletions.update(current.id, { step: NEXT_STEP[step], lastError: null }, tx);
           });
         } else {
           await this.steps[step](current.accountId);
-          current = await this.stores.deletions.update(this.db, current.id, { step: NEXT_STEP[step], lastError: null });
+          current = await this.stores.deletions.update(current.id, { step: NEXT_STEP[step], lastError: null });
         }
       }
-      await this.stores.deletions.update(this.db, current.id, { state: 'completed', completedAt: this.clock.now(), nextAttemptAt: null });
+      await this.stores.deletions.update(current.id, { state: 'completed', completedAt: this.clock.now(), nextAttemptAt: null });
       return true;
     } catch (error) {
       const attempts = current.attempts + 1;
       const delayMs = Math.min(3600_000, 1000 * 2 ** Math.min(attempts, 12));
-      await this.stores.deletions.update(this.db, current.id, {
+      await this.stores.deletions.update(current.id, {
         attempts,
         lastError: error instanceof Error ? error.message.slice(0, 500) : String(error).slice(0, 500),
         nextAttemptAt: new Date(this.clock.now().getTime() + delayMs),

@@ -1,23 +1,23 @@
 // Accounts: creation (bootstrap, admin command, optional open sign-up), the user, logout of the
 // credential used, and the account export.
 import { KisteError } from '../errors';
-import type { AccountStore } from '../store/accounts';
+import type { Account, AccountStore } from '../store/accounts';
 import type { ApiTokenStore } from '../store/api-tokens';
 import type { DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
 import type { ExportLinkStore } from '../store/exports';
-import type { Account, Db } from '../store/prisma';
 import type { SessionStore } from '../store/sessions';
 import type { AuthContext } from './auth-context';
 import type { Clock } from './clock';
 import { hashPassword, newId, newToken, sha256Hex, TOKEN_PREFIX } from './secrets';
+import type { Transactions } from './transactions';
 
 const EXPORT_LINK_MS = 10 * 60_000;
 export const MIN_PASSWORD_LENGTH = 10;
 
 export class Accounts {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: {
       accounts: AccountStore;
       sessions: SessionStore;
@@ -36,7 +36,7 @@ export class Accounts {
     }
     if (await this.stores.accounts.findByEmail(normalised)) throw new KisteError('A08', { param: 'email' });
     const passwordHash = await hashPassword(password);
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       const account = await this.stores.accounts.create(tx, { id: newId(), email: normalised, name, passwordHash });
       await appendEvent(tx, account.id, { type: 'account.updated', resourceType: 'account', resourceId: account.id, data: { created: true } });
       return account;
@@ -62,7 +62,7 @@ export class Accounts {
   /** Revokes the credential used for this request. */
   async logout(auth: AuthContext): Promise<void> {
     const now = this.clock.now();
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       if (auth.kind === 'api_key') {
         await this.stores.apiTokens.revoke(tx, auth.accountId, auth.credentialId, now);
         await appendEvent(tx, auth.accountId, { type: 'api_token.revoked', resourceType: 'api_token', resourceId: auth.credentialId, data: { logout: true } });

@@ -7,13 +7,13 @@
 //   the disk stays full, across stops and starts of the machine too). The occurrence is
 //   remembered in the process; on the first look after a service start, a full disk whose last
 //   alert was acknowledged less than a day before counts as the same occurrence.
-import type { CapacityMetrics } from '../compute/agent-protocol';
-import type { MachineHost } from '../compute/machine-host';
+import type { CapacityMetrics } from '../protocol/agent';
+import type { GuestAgents } from '../compute/machine-host';
 import { raiseAlert, type AlertStore } from '../store/alerts';
 import type { ApiTokenStore } from '../store/api-tokens';
 import type { Instance, InstanceStore } from '../store/instances';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
+import type { Transactions } from './transactions';
 
 export const API_KEY_WARNING_DAYS = 7;
 export const DISK_FULL_PERCENT = 90;
@@ -28,9 +28,13 @@ export interface DiskThresholds {
   clearPercent: number;
 }
 
-/** Used share of the disk in percent (one decimal), or null when the guest reported no size. */
+/**
+ * Used share of the disk in percent (one decimal), or null when the guest reported no size or more
+ * used than there is. The figures are the guest's (checked finite and in range by the agent
+ * client's shapes); this keeps an alert's text at 0-100 %.
+ */
 export function diskUsagePercent(disk: CapacityMetrics): number | null {
-  if (!(disk.total_mib > 0)) return null;
+  if (!(disk.total_mib > 0) || !(disk.used_mib >= 0) || disk.used_mib > disk.total_mib) return null;
   return Math.round((1000 * disk.used_mib) / disk.total_mib) / 10;
 }
 
@@ -54,9 +58,9 @@ export class AlertChecks {
   private readonly diskOpen = new Map<string, boolean>();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: { alerts: AlertStore; instances: InstanceStore; apiTokens: ApiTokenStore },
-    private readonly host: Pick<MachineHost, 'agent'>,
+    private readonly host: GuestAgents,
     private readonly clock: Clock,
     private readonly logger: AlertCheckLogger,
     private readonly thresholds: DiskThresholds = { fullPercent: DISK_FULL_PERCENT, clearPercent: DISK_CLEAR_PERCENT },
@@ -73,7 +77,7 @@ export class AlertChecks {
       if (await this.stores.alerts.latest(key.accountId, 'api_key_expiring', 'api_token', key.id)) continue; // already told
       const days = Math.max(1, Math.ceil((key.expiresAt.getTime() - now.getTime()) / DAY_MS));
       try {
-        const id = await this.db.$transaction((tx) =>
+        const id = await this.transactions.run((tx) =>
           raiseAlert(tx, key.accountId, {
             kind: 'api_key_expiring',
             title: `API key "${key.label}" expires in ${days} day${days === 1 ? '' : 's'}`,
@@ -123,7 +127,7 @@ export class AlertChecks {
       const latest = await this.stores.alerts.latest(instance.accountId, 'disk_almost_full', 'instance', instance.id);
       if (latest?.acknowledgedAt && this.clock.now().getTime() - latest.acknowledgedAt.getTime() < DAY_MS) return false;
     }
-    const id = await this.db.$transaction((tx) =>
+    const id = await this.transactions.run((tx) =>
       raiseAlert(tx, instance.accountId, {
         kind: 'disk_almost_full',
         title: `Disk of ${instance.name} is ${Math.floor(percent!)} % full`,

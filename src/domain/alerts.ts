@@ -6,11 +6,11 @@ import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import type { Alert, AlertStore } from '../store/alerts';
 import { appendEvent } from '../store/events';
-import type { Db } from '../store/prisma';
 import { ALERT_KINDS, AlertKind, isAlertKind } from './alert-kinds';
 import type { AlertChecks } from './alert-checks';
 import type { AlertOutbox } from './alert-outbox';
 import type { Clock } from './clock';
+import type { Transactions } from './transactions';
 
 /** At most this many alerts are listed: every open one first, then the newest acknowledged ones. */
 export const ALERTS_LISTED = 200;
@@ -25,7 +25,7 @@ export interface AlertPreferences {
 
 export class Alerts {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: AlertStore,
     private readonly accounts: AccountStore,
     private readonly clock: Clock,
@@ -41,7 +41,7 @@ export class Alerts {
   /** Closes the alert (idempotent: an acknowledged one is answered as it is). */
   async acknowledge(accountId: string, id: string): Promise<Alert> {
     const now = this.clock.now();
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       const alert = await this.store.find(accountId, id, tx);
       if (!alert) throw new KisteError('N20');
       if (await this.store.acknowledge(tx, accountId, id, now)) {
@@ -78,7 +78,7 @@ export class Alerts {
       Object.entries(changes).filter(([kind, enabled]) => current.kinds.find((entry) => entry.kind === kind)!.enabled !== enabled),
     );
     if (Object.keys(changes).length > 0) {
-      await this.db.$transaction(async (tx) => {
+      await this.transactions.run(async (tx) => {
         // Every kind named is stored, so a choice outlives a change of the kind's default.
         for (const [kind, enabled] of Object.entries(changes)) await this.store.setPreference(tx, accountId, kind, enabled);
         if (Object.keys(changed).length > 0) {

@@ -2,16 +2,16 @@
 // `limits.apiTokens` live at a time, lifetime fixed at creation.
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
-import type { ApiTokenStore } from '../store/api-tokens';
+import type { ApiToken, ApiTokenStore } from '../store/api-tokens';
 import { appendEvent } from '../store/events';
-import type { ApiToken, Db } from '../store/prisma';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import { newId, newToken, sha256Hex, TOKEN_PREFIX, tokenHint } from './secrets';
+import type { Transactions } from './transactions';
 
 export class ApiTokens {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: ApiTokenStore,
     private readonly accounts: AccountStore,
     private readonly limits: Limits,
@@ -21,7 +21,7 @@ export class ApiTokens {
   async create(accountId: string, label: string, lifetimeSeconds: number): Promise<{ token: string; record: ApiToken }> {
     const now = this.clock.now();
     const token = newToken(TOKEN_PREFIX.apiKey);
-    const record = await this.db.$transaction(async (tx) => {
+    const record = await this.transactions.run(async (tx) => {
       await this.accounts.lockForUpdate(tx, accountId); // two concurrent creates cannot both pass the limit
       if ((await this.store.countActive(accountId, now, tx)) >= this.limits.apiTokens) {
         throw new KisteError('L05', { message: `An account can have at most ${this.limits.apiTokens} active API keys` });
@@ -55,7 +55,7 @@ export class ApiTokens {
   async revoke(accountId: string, id: string): Promise<void> {
     await this.get(accountId, id);
     const now = this.clock.now();
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       const { count } = await this.store.revoke(tx, accountId, id, now);
       if (count === 1) await appendEvent(tx, accountId, { type: 'api_token.revoked', resourceType: 'api_token', resourceId: id, data: {} });
     });

@@ -1,5 +1,5 @@
 // Who is calling: the account and the credential used. Built by the HTTP layer, used by services.
-import type { Account } from '../store/prisma';
+import type { Account } from '../store/accounts';
 
 export type CredentialKind = 'browser' | 'cli' | 'api_key';
 

@@ -5,13 +5,13 @@
 import { createHash } from 'node:crypto';
 import { KisteError } from '../errors';
 import { AgentCallError, type ExecHandle } from '../compute/guest-agent';
-import type { MachineHost } from '../compute/machine-host';
+import type { GuestAgents } from '../compute/machine-host';
 import type { Command, CommandOutcome, CommandStore } from '../store/commands';
 import { appendEvent } from '../store/events';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
 import { newId } from './secrets';
+import type { Transactions } from './transactions';
 
 /** Output a command may write before it is stopped (output_limit_exceeded), unless the settings say otherwise. */
 export const OUTPUT_LIMIT_BYTES = 256 * 1024 * 1024;
@@ -43,10 +43,10 @@ export class Commands {
   private readonly cancels = new Map<string, () => void>();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: CommandStore,
     private readonly instances: Instances,
-    private readonly host: MachineHost,
+    private readonly host: GuestAgents,
     private readonly environments: { variables(accountId: string, versionId: string | null): Promise<Record<string, string>> },
     private readonly clock: Clock,
     private readonly settings: CommandSettings = { outputLimitBytes: OUTPUT_LIMIT_BYTES },
@@ -77,7 +77,7 @@ export class Commands {
     startEarly?.catch(() => undefined); // awaited in stream(); this only keeps an early failure from going unhandled
     let record: Command;
     try {
-      record = await this.db.$transaction(async (tx) => {
+      record = await this.transactions.run(async (tx) => {
         const created = await this.store.createRunning(tx, { id, accountId, instanceId: instance.id, requestHash, startedAt: this.clock.now() });
         await appendEvent(tx, accountId, { type: 'command.started', resourceType: 'command', resourceId: id, data: { instance: name } });
         return created;
@@ -179,7 +179,7 @@ export class Commands {
   }
 
   private async finish(record: Command, data: CommandOutcome, name: string): Promise<void> {
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       await this.store.finish(tx, record.id, data, this.clock.now());
       await appendEvent(tx, record.accountId, {
         type: 'command.completed', resourceType: 'command', resourceId: record.id, data: { instance: name, status: data.completionStatus ?? data.status },

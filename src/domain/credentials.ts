@@ -7,7 +7,8 @@ import type { SessionStore } from '../store/sessions';
 import type { AuthContext, CredentialKind } from './auth-context';
 import type { Clock } from './clock';
 import { CredentialCache } from './credential-cache';
-import { hmacBase64Url, safeEqual, sha256Hex, TOKEN_PREFIX } from './secrets';
+import { safeEqual } from '../protocol/safe-equal';
+import { hmacBase64Url, sha256Hex, TOKEN_PREFIX } from './secrets';
 
 /** last_used_at is written at most this often per credential, to keep reads cheap. */
 const TOUCH_INTERVAL_MS = 5_000;

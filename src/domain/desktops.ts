@@ -8,11 +8,11 @@
 // are open for a session end with it, and signing out everywhere ends every session.
 import type { Duplex } from 'node:stream';
 import { KisteError } from '../errors';
+import { AccountSlots } from './account-slots';
 import type { DisplayState, MachineDisplay } from '../compute/machine-display';
 import { OfferRejectedError, type DesktopStreamer } from '../media/desktop-streamer';
 import { iceServers, type IceServer } from './ice-servers';
-import type { DesktopStore } from '../store/desktop';
-import type { DesktopLink, DesktopSession } from '../store/prisma';
+import type { DesktopLink, DesktopSession, DesktopStore } from '../store/desktop';
 import type { InstanceStore } from '../store/instances';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
@@ -30,6 +30,8 @@ export interface DesktopStream {
   close(reason: string): void;
   /** A video stream (each has an encoder of its own); recovery consoles only relay bytes. */
   video?: boolean;
+  /** Called once when the stream is no longer tracked (it closed, or its session ended). */
+  onForgotten?(): void;
 }
 
 /** Video streams an account may have open at once (each runs an encoder on the host). */
@@ -51,6 +53,8 @@ export class Desktops {
   private readonly recoveryGrants = new Map<string, RecoveryGrant>();
   /** Per session: its account and what streams for it now. */
   private readonly streams = new Map<string, { accountId: string; open: Set<DesktopStream> }>();
+  /** Video streams per account, each held from the start of its offer until the stream ends. */
+  private readonly videoSlots = new AccountSlots(VIDEO_STREAMS_PER_ACCOUNT);
 
   constructor(
     private readonly store: DesktopStore,
@@ -62,9 +66,9 @@ export class Desktops {
     private readonly clock: Clock,
   ) {}
 
-  /** The ICE servers a session's viewer gets (an operator's TURN server, with credentials for the session's lifetime). */
+  /** The ICE servers a session's viewer gets now (an operator's TURN server, with credentials good for minutes: renew for fresh ones). */
   iceServers(session: DesktopSession): IceServer[] {
-    return iceServers(this.turn, session.id, session.expiresAt);
+    return iceServers(this.turn, session.id, this.clock.now(), session.expiresAt);
   }
 
   /** A new link to the instance's desktop (whatever its state: stop and resume keep links). */
@@ -153,37 +157,48 @@ export class Desktops {
     if (!/^v=0\r?\n/.test(offerSdp) || !/\nm=video /.test(offerSdp)) {
       throw new KisteError('P01', { message: 'sdp must be an SDP offer (v=0 …) with a video section to receive the screen on', param: 'sdp' });
     }
-    const session = await this.session(accountId, sessionId);
-    const instanceId = await this.streamableInstance(session.instanceId);
-    // A viewer that offers again (a reconnect) replaces its stream.
-    this.closeStreams(session.id, 'replaced by a new stream', (stream) => stream.video === true);
-    if (this.videoStreams(accountId) >= VIDEO_STREAMS_PER_ACCOUNT) {
-      throw new KisteError('D07', { message: `The account already has ${VIDEO_STREAMS_PER_ACCOUNT} desktop streams open` });
-    }
-    let screen: Duplex;
+    // A viewer that offers again (a reconnect) replaces its stream: the old one goes first, so its
+    // slot is free for the new one. Then the new one's slot is taken before anything is awaited.
+    this.closeStreams(sessionId, 'replaced by a new stream', (stream) => stream.video === true, accountId);
+    const slot = this.videoSlots.take(accountId, () => new KisteError('D07', { message: `The account already has ${VIDEO_STREAMS_PER_ACCOUNT} desktop streams open` }));
+    let tracked = false;
     try {
-      screen = await this.display.connect(instanceId);
-    } catch (error) {
-      throw new KisteError('D03', { message: `The machine's screen cannot be reached yet (${error instanceof Error ? error.message : String(error)})` });
+      const session = await this.session(accountId, sessionId);
+      const instanceId = await this.streamableInstance(session.instanceId);
+      let screen: Duplex;
+      try {
+        screen = await this.display.connect(instanceId);
+      } catch (error) {
+        throw new KisteError('D03', { message: `The machine's screen cannot be reached yet (${error instanceof Error ? error.message : String(error)})` });
+      }
+      let untrack = () => {};
+      try {
+        const stream = await this.streamer.open({
+          accountId,
+          offerSdp,
+          iceServers: this.iceServers(session),
+          screen,
+          resize: (size) => this.display.resize(instanceId, size),
+          clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
+          onEnded: () => untrack(),
+        });
+        untrack = this.track(session, { close: (reason) => stream.close(reason), video: true, onForgotten: () => slot.release() });
+        tracked = true;
+        return stream.answerSdp;
+      } catch (error) {
+        screen.destroy();
+        if (error instanceof OfferRejectedError) throw new KisteError('P01', { message: error.message, param: 'sdp' });
+        // The screen's RFB handshake or the encoder failed: the machine may be stopping or its display restarting.
+        throw new KisteError('D03', { message: `The desktop cannot stream now (${error instanceof Error ? error.message : String(error)})` });
+      }
+    } finally {
+      if (!tracked) slot.release();
     }
-    let untrack = () => {};
-    try {
-      const stream = await this.streamer.open({
-        offerSdp,
-        iceServers: this.iceServers(session),
-        screen,
-        resize: (size) => this.display.resize(instanceId, size),
-        clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
-        onEnded: () => untrack(),
-      });
-      untrack = this.track(session, { close: (reason) => stream.close(reason), video: true });
-      return stream.answerSdp;
-    } catch (error) {
-      screen.destroy();
-      if (error instanceof OfferRejectedError) throw new KisteError('P01', { message: error.message, param: 'sdp' });
-      // The screen's RFB handshake or the encoder failed: the machine may be stopping or its display restarting.
-      throw new KisteError('D03', { message: `The desktop cannot stream now (${error instanceof Error ? error.message : String(error)})` });
-    }
+  }
+
+  /** Video streams the account has open or being opened. */
+  videoStreams(accountId: string): number {
+    return this.videoSlots.count(accountId);
   }
 
   /** A live session of the account (D02 otherwise). */
@@ -231,9 +246,11 @@ export class Desktops {
     for (const sessionId of [...this.streams.keys()]) this.closeStreams(sessionId, 'the service is stopping');
   }
 
-  /** Closes the session's streams (those `which` picks; all by default). */
-  private closeStreams(sessionId: string, reason: string, which: (stream: DesktopStream) => boolean = () => true): void {
-    for (const stream of [...(this.streams.get(sessionId)?.open ?? [])].filter(which)) {
+  /** Closes the session's streams (those `which` picks; all by default), when it is `accountId`'s (if given). */
+  private closeStreams(sessionId: string, reason: string, which: (stream: DesktopStream) => boolean = () => true, accountId?: string): void {
+    const entry = this.streams.get(sessionId);
+    if (!entry || (accountId !== undefined && entry.accountId !== accountId)) return;
+    for (const stream of [...entry.open].filter(which)) {
       this.forget(sessionId, stream);
       stream.close(reason);
     }
@@ -242,15 +259,9 @@ export class Desktops {
   /** A stream of the session is no longer open (the session's entry goes with its last one). */
   private forget(sessionId: string, stream: DesktopStream): void {
     const entry = this.streams.get(sessionId);
-    if (!entry) return;
-    entry.open.delete(stream);
+    if (!entry?.open.delete(stream)) return;
     if (entry.open.size === 0) this.streams.delete(sessionId);
-  }
-
-  private videoStreams(accountId: string): number {
-    let count = 0;
-    for (const entry of this.streams.values()) if (entry.accountId === accountId) for (const stream of entry.open) if (stream.video) count++;
-    return count;
+    stream.onForgotten?.();
   }
 
   private withRecoveryGrant(session: DesktopSession): OpenedDesktopSession {

@@ -1,17 +1,17 @@
 // SSH public keys that every instance of the account accepts.
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
-import type { DeviceKeyStore } from '../store/device-keys';
+import type { DeviceKey, DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
-import type { Db, DeviceKey } from '../store/prisma';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import { newId } from './secrets';
 import { parsePublicKey, PublicKeyError } from './ssh-public-key';
+import type { Transactions } from './transactions';
 
 export class DeviceKeys {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: DeviceKeyStore,
     private readonly accounts: AccountStore,
     private readonly limits: Limits,
@@ -34,7 +34,7 @@ export class DeviceKeys {
       throw new KisteError('A14', { param: 'public_key' });
     }
     try {
-      return await this.db.$transaction(async (tx) => {
+      return await this.transactions.run(async (tx) => {
         await this.accounts.lockForUpdate(tx, accountId); // two concurrent adds cannot both pass the limit
         if ((await this.store.count(accountId, tx)) >= this.limits.deviceKeys) {
           throw new KisteError('L09', { message: `An account can have at most ${this.limits.deviceKeys} device keys` });
@@ -53,7 +53,7 @@ export class DeviceKeys {
   }
 
   async delete(accountId: string, id: string): Promise<void> {
-    const deleted = await this.db.$transaction(async (tx) => {
+    const deleted = await this.transactions.run(async (tx) => {
       const { count } = await this.store.delete(tx, accountId, id);
       if (count === 1) await appendEvent(tx, accountId, { type: 'device_key.deleted', resourceType: 'device_key', resourceId: id, data: {} });
       return count === 1;

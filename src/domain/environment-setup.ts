@@ -9,11 +9,11 @@ import { shellQuote, shellWord } from '../shell-quote';
 import { appendEvent } from '../store/events';
 import type { InstanceSetupStore } from '../store/instance-setups';
 import type { Instance, InstanceStore } from '../store/instances';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import { OutputTail } from './output-tail';
 import type { Repository } from './environment-rules';
 import type { AppliedEnvironment } from './environments';
+import type { Transactions } from './transactions';
 
 export const VARIABLES_FILE = '/etc/profile.d/kiste-environment.sh';
 export const SETUP_SCRIPT_FILE = '/var/lib/kiste/setup.sh';
@@ -74,7 +74,7 @@ export interface SetupLogger {
 
 export class EnvironmentSetup {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: { instances: InstanceStore; setups: InstanceSetupStore },
     private readonly agentOf: (instanceId: string) => GuestAgent,
     private readonly clock: Clock,
@@ -192,10 +192,10 @@ export class EnvironmentSetup {
         await this.stores.instances.markSetupRunning(instance.id);
         return;
       }
-      await this.db.$transaction(async (tx) => {
+      await this.transactions.run(async (tx) => {
         const current = await this.stores.instances.findById(instance.id, tx);
         if (!current) return; // deleted meanwhile: nothing to mark
-        await this.stores.instances.update(tx, instance.id, { setupStatus: status, setupError: reason === null ? null : run.withOutputTail(reason) });
+        await this.stores.instances.update(instance.id, { setupStatus: status, setupError: reason === null ? null : run.withOutputTail(reason) }, tx);
         await appendEvent(tx, instance.accountId, {
           type: 'instance.setup_completed', resourceType: 'instance', resourceId: instance.id,
           data: { name: current.name, status, error: reason, environment_version_id: run.environment.versionId },

@@ -5,11 +5,11 @@ import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import type { EnvironmentStore, EnvironmentVersion, EnvironmentWithCurrent, NewEnvironmentVersion } from '../store/environments';
 import { appendEvent } from '../store/events';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import { checkEnvironment, type EnvironmentContent, type EnvironmentInput } from './environment-rules';
 import type { SecretBox } from './secret-box';
 import { newId } from './secrets';
+import type { Transactions } from './transactions';
 
 export interface AppliedEnvironment {
   versionId: string;
@@ -25,7 +25,7 @@ export class Environments {
   private readonly variablesCache = new Map<string, Record<string, string>>();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: EnvironmentStore,
     private readonly accounts: AccountStore,
     private readonly secrets: SecretBox,
@@ -49,7 +49,7 @@ export class Environments {
 
   async create(accountId: string, name: string, input: EnvironmentInput): Promise<EnvironmentWithCurrent> {
     const content = checkEnvironment(input);
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       await this.accounts.lockForUpdate(tx, accountId); // two creates of one name: the second sees the first
       if (await this.store.findByName(accountId, name, tx)) throw new KisteError('K31', { message: `An environment named ${name} already exists`, param: 'name' });
       const created = await this.store.create(tx, accountId, { id: newId(), name }, this.newVersion(content));
@@ -60,7 +60,7 @@ export class Environments {
 
   /** Publishes the next version: fields left out keep the current version's values. */
   async update(accountId: string, name: string, input: EnvironmentInput): Promise<EnvironmentWithCurrent> {
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       await this.accounts.lockForUpdate(tx, accountId); // versions are numbered in order, one writer at a time
       const current = await this.store.findByName(accountId, name, tx);
       if (!current) throw new KisteError('K30', { message: `No environment named ${name}`, param: 'name' });

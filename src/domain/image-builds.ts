@@ -2,19 +2,28 @@
 // builder machine; progress, the log (last 256 KiB) and the outcome go to the image's row, and
 // `image.built` marks the end. Images still `building` after a restart are built again (a layer built
 // before is found by its key at once).
+// One builder machine runs at a time on this host. Builds wait in a queue that takes accounts in turn
+// (fair-queue.ts), and an account has at most IMAGE_BUILDS_PER_ACCOUNT builds queued or running
+// (409 L11), so one account queuing many builds neither starves another's nor grows the queue
+// without bound.
 import type { BuiltLayer, LayerBuildRequest } from '../compute/layer-builder';
 import type { HostImage } from '../compute/machine-host';
+import { KisteError } from '../errors';
 import { appendEvent } from '../store/events';
 import type { Image, ImageStore } from '../store/images';
-import type { Db } from '../store/prisma';
+import { AccountSlots, type Slot } from './account-slots';
 import type { Clock } from './clock';
+import { FairQueue } from './fair-queue';
 import { OutputTail } from './output-tail';
+import type { Transactions } from './transactions';
 
 const LOG_KEPT_BYTES = 256 * 1024;
 const ERROR_TAIL_BYTES = 2048;
 const SAVE_EVERY_MS = 2000;
 /** Room in the builder's disk beyond the base image's own size. */
 const BUILDER_EXTRA_MIB = 2048;
+/** Builds an account may have queued or running at once. */
+export const IMAGE_BUILDS_PER_ACCOUNT = 4;
 
 /** A derived layer's disk size: its file system was grown to the builder's disk, so no machine on it has less. */
 export function layerDiskMib(baseDiskMib: number): number {
@@ -29,32 +38,84 @@ export interface LayerHost {
   buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
 }
 
+interface Build {
+  image: Image;
+  cancel: AbortController;
+  slot: Slot;
+  /** Settles `done`. */
+  finished(): void;
+}
+
 export class ImageBuilds {
   /** Builds queued or running, by image id, each with what cancels it. */
   private readonly running = new Map<string, { done: Promise<void>; cancel: AbortController }>();
-  /** One builder machine at a time on this host: builds wait their turn (step `queued`). */
-  private turn: Promise<unknown> = Promise.resolve();
+  /** Builds waiting for the builder (step `queued`), accounts in turn. */
+  private readonly queue = new FairQueue<Build>();
+  private busy = false;
+  private readonly slots: AccountSlots;
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: ImageStore,
     private readonly host: LayerHost,
     private readonly clock: Clock,
     private readonly logger: { warn(object: object, message: string): void },
-  ) {}
-
-  build(image: Image): void {
-    if (this.running.has(image.id)) return;
-    void this.store.recordBuild(image.id, { buildStep: 'queued' }).catch(() => undefined);
-    const cancel = new AbortController();
-    const done = this.turn.then(() => this.run(image, cancel.signal)).finally(() => this.running.delete(image.id));
-    this.turn = done.catch(() => undefined);
-    this.running.set(image.id, { done, cancel });
+    perAccount = IMAGE_BUILDS_PER_ACCOUNT,
+  ) {
+    this.slots = new AccountSlots(perAccount);
   }
 
-  /** The image was deleted: a queued build never starts, a running one stops and its builder goes. */
+  /**
+   * A place for one more build of the account (409 L11 when it has the most queued or running):
+   * taken before the image is made, so creates at once cannot pass the cap together; given to
+   * build(), or released when the image was not made after all.
+   */
+  reserve(accountId: string): Slot {
+    return this.slots.take(accountId, () => new KisteError('L11', { message: `The account already has ${this.slots.perAccount} image builds queued or running` }));
+  }
+
+  /** Queues the image's build (a build resumed at start takes a place whatever the account holds). */
+  build(image: Image, slot: Slot = this.slots.hold(image.accountId)): void {
+    if (this.running.has(image.id)) return slot.release();
+    void this.store.recordBuild(image.id, { buildStep: 'queued' }).catch(() => undefined);
+    let finished!: () => void;
+    const done = new Promise<void>((resolve) => (finished = resolve));
+    const build: Build = { image, cancel: new AbortController(), slot, finished };
+    this.running.set(image.id, { done, cancel: build.cancel });
+    this.queue.push(image.accountId, build);
+    this.next();
+  }
+
+  /** The image was deleted: a queued build leaves the queue, a running one stops and its builder goes. */
   cancel(imageId: string): void {
+    for (const build of this.queue.remove((queued) => queued.image.id === imageId)) this.settle(build);
     this.running.get(imageId)?.cancel.abort();
+  }
+
+  /** Builds the account has queued or running. */
+  count(accountId: string): number {
+    return this.slots.count(accountId);
+  }
+
+  /** Starts the next queued build when the builder is free. */
+  private next(): void {
+    if (this.busy) return;
+    const build = this.queue.shift();
+    if (!build) return;
+    this.busy = true;
+    void this.run(build.image, build.cancel.signal)
+      .catch((error: Error) => this.logger.warn({ err: error, image: build.image.id }, 'image build ended unexpectedly'))
+      .finally(() => {
+        this.settle(build);
+        this.busy = false;
+        this.next();
+      });
+  }
+
+  private settle(build: Build): void {
+    this.running.delete(build.image.id);
+    build.slot.release();
+    build.finished();
   }
 
   /** At start: the builds a stopped service left unfinished. */
@@ -115,7 +176,7 @@ export class ImageBuilds {
   }
 
   private async finish(image: Image, outcome: Parameters<ImageStore['recordBuild']>[1] & { status: 'ready' | 'failed' }): Promise<void> {
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       const recorded = await this.store.recordBuild(image.id, { ...outcome, buildFinishedAt: this.clock.now() }, tx);
       if (!recorded) return; // deleted while it was built
       await appendEvent(tx, image.accountId, { type: 'image.built', resourceType: 'image', resourceId: image.id, data: { name: image.name, status: outcome.status } });

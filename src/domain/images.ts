@@ -6,11 +6,12 @@ import type { HostImage } from '../compute/machine-host';
 import { KisteError } from '../errors';
 import { appendEvent } from '../store/events';
 import type { Image, ImageStore } from '../store/images';
-import type { Db } from '../store/prisma';
+import type { Slot } from './account-slots';
 import type { Clock } from './clock';
 import { layerDiskMib } from './image-builds';
 import { layerKey, resolveSelection, type ComponentRef, type Selection } from './image-selection';
 import { newId } from './secrets';
+import type { Transactions } from './transactions';
 
 export const UNIVERSAL_IMAGE = 'universal';
 const UNIVERSAL_NAME = 'Universal';
@@ -36,8 +37,10 @@ export interface ServedImages {
 
 /** Builds the derived layers of private images in the background (a builder machine). */
 export interface ImageBuildQueue {
-  /** Starts (or joins) the build of this image's layer; progress and outcome go to its row. */
-  build(image: Image): void;
+  /** A place for one more build of the account's; 409 L11 when it has the most queued or running. */
+  reserve(accountId: string): Slot;
+  /** Starts (or joins) the build of this image's layer, in the place reserved for it; progress and outcome go to its row. */
+  build(image: Image, slot: Slot): void;
   /** The image is gone: its build stops (a builder it booted is removed) or never starts. */
   cancel(imageId: string): void;
 }
@@ -70,7 +73,7 @@ export interface InstanceImage {
 
 export class Images {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: ImageStore,
     private readonly served: ServedImages,
     private readonly builder: ImageBuildQueue,
@@ -136,7 +139,9 @@ export class Images {
     const derived = resolution.buildStrategy === 'derived_layer';
     const now = this.clock.now();
     const taken = () => new KisteError('K28', { message: `An image named ${name} (or with the slug ${slug}) already exists`, param: 'name' });
-    const image = await this.db.$transaction(async (tx) => {
+    // Reserved before the image is made (and before anything is awaited): creates at once cannot pass the account's build cap together.
+    const slot = derived ? this.builder.reserve(accountId) : null;
+    const image = await this.transactions.run(async (tx) => {
       if (await this.store.nameOrSlugTaken(accountId, name, slug, tx)) {
         throw taken();
       }
@@ -158,18 +163,19 @@ export class Images {
       await appendEvent(tx, accountId, { type: 'image.created', resourceType: 'image', resourceId: created.id, data: { name, status: created.status } });
       return created;
     }).catch((error: unknown) => {
+      slot?.release();
       // Two creates of one name at once: the unique index stops the second.
       if ((error as { code?: string }).code === 'P2002') throw taken();
       throw error;
     });
-    if (derived) this.builder.build(image);
+    if (slot) this.builder.build(image, slot);
     return image;
   }
 
   async delete(accountId: string, ref: string): Promise<Image> {
     if (isUniversal(ref)) throw new KisteError('K22', { param: 'id' });
     const image = await this.get(accountId, ref);
-    const outcome = await this.db.$transaction(async (tx) => {
+    const outcome = await this.transactions.run(async (tx) => {
       const result = await this.store.deleteUnlessUsed(tx, accountId, image!.id);
       if (result === 'deleted') {
         await appendEvent(tx, accountId, { type: 'image.deleted', resourceType: 'image', resourceId: image!.id, data: { name: image!.name, status: image!.status } });

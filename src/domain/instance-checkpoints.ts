@@ -2,20 +2,20 @@
 // `auto_snapshot_seconds`, but only when the guest wrote to it since the last one (the host tells).
 // A checkpoint never claims the instance: lifecycle calls are not refused with K05 because of
 // one; the host runs them one after the other instead.
-import type { MachineHost } from '../compute/machine-host';
+import type { Machines } from '../compute/machine-host';
 import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore } from '../store/instances';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
+import type { Transactions } from './transactions';
 
 export class InstanceCheckpoints {
   /** When an instance whose disk had not changed was last looked at (not worth a column). */
   private readonly unchangedAt = new Map<string, number>();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: InstanceStore,
-    private readonly host: MachineHost,
+    private readonly host: Pick<Machines, 'checkpoint'>,
     private readonly clock: Clock,
     private readonly logger: { warn(object: object, message: string): void },
   ) {}
@@ -50,7 +50,7 @@ export class InstanceCheckpoints {
       return false;
     }
     this.unchangedAt.delete(instance.id);
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       if (!(await this.store.recordCheckpoint(tx, instance.id, at))) return; // deleted meanwhile
       await appendEvent(tx, instance.accountId, {
         type: 'instance.checkpointed',

@@ -6,8 +6,8 @@ import { KisteError } from '../errors';
 import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore, InstanceUpdate } from '../store/instances';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
+import type { Transactions } from './transactions';
 
 export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete';
 
@@ -24,14 +24,20 @@ export interface OperationLogger {
   error(object: object, message: string): void;
 }
 
+/** Told when an operation ends, from its claim to its last write (the service's metrics). */
+export interface OperationObserver {
+  operationEnded(operation: string, outcome: 'ok' | 'error', seconds: number): void;
+}
+
 export class InstanceOperations {
   private readonly inFlight = new Map<string, Promise<Instance | null>>();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: InstanceStore,
     private readonly clock: Clock,
     private readonly logger: OperationLogger,
+    private readonly observer?: OperationObserver,
   ) {}
 
   /** Claims the instance for `operation` and sets its transitional state; K05 when it is busy. */
@@ -39,7 +45,7 @@ export class InstanceOperations {
     if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now()))) {
       throw new KisteError('K05', { message: `Instance ${instance.name} is busy with ${instance.operation ?? 'another operation'}` });
     }
-    return this.store.update(this.db, instance.id, transitional);
+    return this.store.update(instance.id, transitional);
   }
 
   /**
@@ -82,7 +88,12 @@ export class InstanceOperations {
         event: { type: 'instance.error', data: { message: message.slice(0, 1000) } },
       };
     }
-    return this.db.$transaction(async (tx) => {
+    if (instance.operation) {
+      const claimedAt = instance.operationStartedAt ?? this.clock.now();
+      const outcomeKind = outcome.event?.type === 'instance.error' ? 'error' : 'ok';
+      this.observer?.operationEnded(instance.operation, outcomeKind, Math.max(0, this.clock.now().getTime() - claimedAt.getTime()) / 1000);
+    }
+    return this.transactions.run(async (tx) => {
       if (outcome.event) {
         await appendEvent(tx, instance.accountId, {
           type: outcome.event.type,
@@ -105,7 +116,7 @@ export class InstanceOperations {
         await this.store.delete(tx, instance.id);
         return null;
       }
-      return this.store.update(tx, instance.id, { ...outcome.update, operation: null, operationStartedAt: null });
+      return this.store.update(instance.id, { ...outcome.update, operation: null, operationStartedAt: null }, tx);
     });
   }
 }

@@ -2,23 +2,25 @@
 // stop, resume, restart, upgrade and delete wait up to `lifecycleWaitMs` and then go on in the
 // background (the caller answers 202). Limits are checked under the account lock.
 import { KisteError } from '../errors';
-import type { ForkedMachine, GuestIdentity, HostImage, ImageProfile, MachineHost, MachineShape, StartedMachine } from '../compute/machine-host';
+import { AgentCallError } from '../compute/guest-agent';
+import type { ForkedMachine, GuestAgents, GuestIdentity, HostChecks, HostImage, HostImages, ImageProfile, Machines, MachineShape, StartedMachine } from '../compute/machine-host';
 import type { AccountStore } from '../store/accounts';
 import type { DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore } from '../store/instances';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import { checkHostCapacity, checkNewMachine, checkShape, checkStart } from './instance-limits';
 import { generateInstanceName } from './instance-names';
 import { InstanceCheckpoints } from './instance-checkpoints';
-import { InstanceOperations, LifecycleOperation, OperationOutcome } from './instance-operations';
+import { InstanceOperations, LifecycleOperation, OperationObserver, OperationOutcome } from './instance-operations';
+import { MachineAvailabilityCheck } from './machine-availability';
 import type { Limits } from './limits';
 import type { EnvironmentSetup } from './environment-setup';
 import type { Environments } from './environments';
 import type { Images } from './images';
 import { newId } from './secrets';
 import { parsePublicKey, PublicKeyError } from './ssh-public-key';
+import type { Transactions } from './transactions';
 
 const DEFAULT_AUTO_SNAPSHOT_SECONDS = 300;
 
@@ -63,22 +65,29 @@ export interface LifecycleAnswer {
   finished: boolean;
 }
 
+/** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, capacity, a ready image). */
+type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
+
 export class Instances {
   readonly operations: InstanceOperations;
   readonly checkpoints: InstanceCheckpoints;
+  /** Whether machines can start now, and why not (also for GET /v1/status and /status.json). */
+  readonly availability: MachineAvailabilityCheck;
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: { instances: InstanceStore; accounts: AccountStore; deviceKeys: DeviceKeyStore },
-    private readonly host: MachineHost,
+    private readonly host: InstanceHost,
     private readonly limits: Limits,
     private readonly clock: Clock,
     private readonly settings: InstanceSettings,
     private readonly provisioning: Provisioning,
     logger: { error(object: object, message: string): void; warn(object: object, message: string): void },
+    observer?: OperationObserver,
   ) {
-    this.operations = new InstanceOperations(db, stores.instances, clock, logger);
-    this.checkpoints = new InstanceCheckpoints(db, stores.instances, host, clock, logger);
+    this.operations = new InstanceOperations(transactions, stores.instances, clock, logger, observer);
+    this.checkpoints = new InstanceCheckpoints(transactions, stores.instances, host, clock, logger);
+    this.availability = new MachineAvailabilityCheck(host, settings.imageProfile);
   }
 
   list(accountId: string): Promise<Instance[]> {
@@ -100,23 +109,8 @@ export class Instances {
    * What every start needs: the host can jail machines (else K09, which no retry mends) and the
    * newest image of its universal profile (else K06 while it is still being built).
    */
-  private async startableImage(): Promise<HostImage> {
-    const problem = await this.host.isolationProblem();
-    if (problem) throw new KisteError('K09', { message: `This server cannot run machines isolated from the host: ${problem.reason}`, hint: problem.hint });
-    return this.currentImage();
-  }
-
-  /** The newest image of this host's universal profile, or K06 while it is still being built. */
-  currentImage(): HostImage {
-    const image = this.host.currentImage(this.settings.imageProfile);
-    if (image) return image;
-    const build = this.host.imageBuildState(this.settings.imageProfile);
-    // The step goes into the message (what is happening now) so that clients waiting on it, like
-    // the CLI's create, can show it; the registry's hint says when to retry.
-    throw new KisteError('K06', {
-      message: build.state === 'failed' ? `The machine image could not be built: ${build.error}`
-        : `The machine image is still being built${build.step ? ` (step ${build.step})` : ''}`,
-    });
+  private startableImage(): Promise<HostImage> {
+    return this.availability.startableImage();
   }
 
   async create(accountId: string, request: CreateInstance): Promise<Instance> {
@@ -203,11 +197,20 @@ export class Instances {
     if (instance.status === 'running' && !instance.operation) return { instance, finished: true };
     await this.checkCanStart(instance);
     const image = await this.startableImage();
-    return this.lifecycle(instance, 'resume', { status: 'starting', desiredState: 'running' }, async () =>
-      (await this.host.hasSession(instance.id))
-        ? this.bootOutcome(instance, image, shapeOf(instance), 'resume')
-        : this.bootOutcome(instance, image, shapeOf(instance), 'boot'),
-    );
+    return this.lifecycle(instance, 'resume', { status: 'starting', desiredState: 'running' }, () => this.resumeWork(instance, image));
+  }
+
+  /** Continues the saved session, or boots the disk when there is none. */
+  private async resumeWork(instance: Instance, image: HostImage): Promise<OperationOutcome> {
+    const how = (await this.host.hasSession(instance.id)) ? 'resume' : 'boot';
+    return this.bootOutcome(instance, image, shapeOf(instance), how);
+  }
+
+  /** Powers off what runs, drops the saved session and boots the disk afresh (restart, and upgrade of a running machine). */
+  private async freshBootWork(instance: Instance, image: HostImage): Promise<OperationOutcome> {
+    if (await this.host.isRunning(instance.id)) await this.host.stop(instance.id, { saveSession: false });
+    await this.host.discardSession(instance.id);
+    return this.bootOutcome(instance, image, shapeOf(instance), 'boot');
   }
 
   /** Fresh boot from the instance's own disk: files stay, a pending image update applies, a saved session is dropped. */
@@ -215,11 +218,7 @@ export class Instances {
     const instance = await this.get(accountId, name);
     if (instance.status !== 'running') await this.checkCanStart(instance);
     const image = await this.startableImage();
-    return this.lifecycle(instance, 'restart', { status: 'starting', desiredState: 'running' }, async () => {
-      if (await this.host.isRunning(instance.id)) await this.host.stop(instance.id, { saveSession: false });
-      await this.host.discardSession(instance.id);
-      return this.bootOutcome(instance, image, shapeOf(instance), 'boot');
-    });
+    return this.lifecycle(instance, 'restart', { status: 'starting', desiredState: 'running' }, () => this.freshBootWork(instance, image));
   }
 
   /** Running: reboot onto the newest image (files and packages stay). Stopped: drop the saved session. */
@@ -227,11 +226,7 @@ export class Instances {
     const instance = await this.get(accountId, name);
     if (instance.status === 'running') {
       const image = await this.startableImage();
-      return this.lifecycle(instance, 'upgrade', { status: 'starting' }, async () => {
-        await this.host.stop(instance.id, { saveSession: false });
-        await this.host.discardSession(instance.id);
-        return this.bootOutcome(instance, image, shapeOf(instance), 'boot');
-      });
+      return this.lifecycle(instance, 'upgrade', { status: 'starting' }, () => this.freshBootWork(instance, image));
     }
     return this.lifecycle(instance, 'upgrade', {}, async () => {
       await this.host.discardSession(instance.id);
@@ -250,19 +245,19 @@ export class Instances {
   async rename(accountId: string, name: string, newName: string): Promise<Instance> {
     const instance = await this.get(accountId, name);
     if (newName === name) return instance;
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       if (await this.stores.instances.findByName(accountId, newName, tx)) throw new KisteError('K02', { param: 'name' });
       await appendEvent(tx, accountId, {
         type: 'instance.renamed', resourceType: 'instance', resourceId: instance.id, data: { name: newName, previous_name: name },
       });
-      return this.stores.instances.update(tx, instance.id, { name: newName }); // the guest follows at its next cold boot
+      return this.stores.instances.update(instance.id, { name: newName }, tx); // the guest follows at its next cold boot
     });
   }
 
   async extend(accountId: string, name: string, ttlSeconds: number): Promise<Instance> {
     const instance = await this.get(accountId, name);
     const from = instance.expiresAt ?? this.clock.now();
-    return this.stores.instances.update(this.db, instance.id, { expiresAt: new Date(from.getTime() + ttlSeconds * 1000) });
+    return this.stores.instances.update(instance.id, { expiresAt: new Date(from.getTime() + ttlSeconds * 1000) });
   }
 
   async logs(accountId: string, name: string, lines: number): Promise<string> {
@@ -279,8 +274,14 @@ export class Instances {
   /** A live usage sample from the guest (409 K03 when it is not running). */
   async metrics(accountId: string, name: string) {
     const instance = await this.running(accountId, name);
-    const sample = await this.host.agent(instance.id).metrics();
-    return { ...sample, sampledAt: this.clock.now() };
+    try {
+      const sample = await this.host.agent(instance.id).metrics();
+      return { ...sample, sampledAt: this.clock.now() };
+    } catch (error) {
+      // A silent agent, or one whose answer is not a sample (the guest is not trusted): the machine's matter, not the service's.
+      if (error instanceof AgentCallError) throw new KisteError('K10', { message: `Instance ${name}'s guest agent did not give a sample (${error.message})` });
+      throw error;
+    }
   }
 
   /** Background: running instances past their deadline stop, with their session when the guest answers. */
@@ -303,8 +304,10 @@ export class Instances {
 
   /**
    * At start: makes the rows true again after the service died. Running machines are adopted;
-   * an operation cut short is finished (stop, delete) or rolled back to what the host really has;
-   * machine files no row knows are removed (no orphans).
+   * an operation cut short is finished as the caller asked (stop, delete; restart, resume and
+   * upgrade boot the machine again, a create on the universal image is made again, in the
+   * background) or, where it cannot be, rolled back to what the host really has; machine files no
+   * row knows are removed (no orphans).
    */
   async reconcile(): Promise<void> {
     const rows = await this.stores.instances.all();
@@ -323,6 +326,14 @@ export class Instances {
         await this.operations.run(row, () => this.stopOutcome(row, keepSession));
         continue;
       }
+      const finishWork = !alive && row.desiredState === 'running' ? this.interruptedWork(row) : null;
+      if (finishWork) {
+        const image = await this.startableImage().catch(() => null); // none ready: rolled back below
+        if (image) {
+          void this.operations.run(row, () => finishWork(image));
+          continue;
+        }
+      }
       if (row.operation || (row.status === 'running') !== alive) {
         const sessionSaved = !alive && (await this.host.hasSession(row.id));
         await this.operations.run(row, async () =>
@@ -334,9 +345,33 @@ export class Instances {
         );
       }
     }
-    const known = new Set(rows.map((row) => row.id));
-    for (const id of await this.host.knownMachineIds()) if (!known.has(id)) await this.host.destroy(id);
+    await this.host.removeStrays(rows.map((row) => row.id)); // no machine runs that no record owns
     await this.host.removeUnusedLayers();
+  }
+
+  /** The work that finishes a start the service died in (the machine is not running now), or null when it is not one. */
+  private interruptedWork(row: Instance): ((image: HostImage) => Promise<OperationOutcome>) | null {
+    switch (row.operation) {
+      case 'resume':
+        return (image) => this.resumeWork(row, image);
+      case 'restart':
+      case 'upgrade':
+        return (image) => this.freshBootWork(row, image);
+      case 'create':
+        // A create on the universal image without an environment is made again from the start; one
+        // with a private image or an environment needs what only the caller's request held, and
+        // ends in the error state below.
+        return row.imageId === null && row.environmentVersionId === null ? (image) => this.createAgainWork(row, image) : null;
+      default:
+        return null;
+    }
+  }
+
+  /** What a create cut short left is removed, and the machine is created as the caller asked. */
+  private async createAgainWork(row: Instance, image: HostImage): Promise<OperationOutcome> {
+    await this.host.destroy(row.id);
+    const identity = await this.identity(row);
+    return startedOutcome(image, identity, await this.host.create(row.id, image, shapeOf(row), identity));
   }
 
   private async lifecycle(
@@ -363,7 +398,7 @@ export class Instances {
     fields: (name: string) => Omit<Parameters<InstanceStore['create']>[1], 'id' | 'accountId' | 'name' | 'status' | 'desiredState' | 'vcpu' | 'memoryMib' | 'diskMib'>,
   ): Promise<Instance> {
     const now = this.clock.now();
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       await this.stores.accounts.lockForUpdate(tx, accountId);
       checkNewMachine(this.limits, await this.stores.instances.footprint(accountId, tx), shape);
       let name = requestedName;

@@ -1,5 +1,6 @@
-// Numeric account limits and request budgets. The spec fixes some (API keys, webhooks, tunnels,
-// metrics); the rest are this installation's defaults, reported by GET /v1/status.
+// Numeric account limits and request budgets. The spec fixes some (API keys, webhooks, metrics);
+// the rest are this installation's defaults, reported by GET /v1/status. SSH tunnels have theirs
+// where they are counted (SshTunnels.perAccount).
 import type { Config } from '../config';
 import type { RateBudget } from '../generated/operations';
 
@@ -7,7 +8,6 @@ export class Limits {
   readonly apiTokens = 10;
   readonly deviceKeys = 100;
   readonly webhooks = 10;
-  readonly sshTunnels = 32;
   readonly metricsPerMinute = 40;
   readonly machines = 10;
   readonly runningMachines = 4;

@@ -3,10 +3,10 @@
 // redirect URI. The token is a CLI sign-in.
 import { KisteError } from '../errors';
 import type { OAuthCodeStore } from '../store/oauth-codes';
-import type { Db } from '../store/prisma';
 import type { Clock } from './clock';
 import { newId, newToken, sha256Base64Url, sha256Hex, TOKEN_PREFIX } from './secrets';
 import type { ClientInfo, SignIn } from './sign-in';
+import type { Transactions } from './transactions';
 
 const CODE_LIFETIME_MS = 120_000;
 const CLIENT_ID = /^[A-Za-z0-9._-]{1,64}$/;
@@ -73,7 +73,7 @@ function withQuery(uri: string, values: Record<string, string | null>): string {
 
 export class OAuth {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly codes: OAuthCodeStore,
     private readonly signIn: SignIn,
     private readonly clock: Clock,
@@ -113,7 +113,7 @@ export class OAuth {
     if (!PKCE_VERIFIER.test(request.code_verifier) || sha256Base64Url(request.code_verifier) !== grant.codeChallenge) {
       throw invalidGrant('code_verifier does not match the code_challenge', 'code_verifier');
     }
-    const consumed = await this.db.$transaction((tx) => this.codes.consume(tx, grant.id, now));
+    const consumed = await this.transactions.run((tx) => this.codes.consume(tx, grant.id, now));
     if (!consumed) throw invalidGrant('The authorization code is unknown, used or expired', 'code');
     const { session, token } = await this.signIn.startSession(grant.accountId, 'cli', client, grant.device);
     await this.codes.recordSession(grant.id, session.id);

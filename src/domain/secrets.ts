@@ -32,12 +32,6 @@ export function hmacBase64Url(key: Buffer, value: string): string {
   return createHmac('sha256', key).update(value).digest('base64url');
 }
 
-export function safeEqual(a: string, b: string): boolean {
-  const left = Buffer.from(a);
-  const right = Buffer.from(b);
-  return left.length === right.length && timingSafeEqual(left, right);
-}
-
 /** Non-secret reminder of a token: its prefix and last four characters. */
 export function tokenHint(token: string, prefix: string): string {
   return `${prefix}…${token.slice(-4)}`;

@@ -4,12 +4,12 @@ import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
-import type { Db, Session } from '../store/prisma';
-import type { SessionKind, SessionStore } from '../store/sessions';
+import type { Session, SessionKind, SessionStore } from '../store/sessions';
 import type { AuthContext } from './auth-context';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import { decoyPasswordHash, newId, newToken, sha256Hex, TOKEN_PREFIX, verifyPassword } from './secrets';
+import type { Transactions } from './transactions';
 
 const BROWSER_SESSION_MS = 14 * 24 * 3600_000;
 const CLI_SESSION_MS = 90 * 24 * 3600_000;
@@ -29,7 +29,7 @@ export interface BrowserSignIn {
 
 export class SignIn {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly stores: { accounts: AccountStore; sessions: SessionStore },
     private readonly limits: Limits,
     private readonly clock: Clock,
@@ -78,7 +78,7 @@ export class SignIn {
   async startSession(accountId: string, kind: SessionKind, client: ClientInfo, device: string | null, browserHash?: string, alertNewBrowser = false): Promise<{ session: Session; token: string }> {
     const now = this.clock.now();
     const token = newToken(kind === 'browser' ? TOKEN_PREFIX.browserSession : TOKEN_PREFIX.cliToken);
-    const session = await this.db.$transaction(async (tx) => {
+    const session = await this.transactions.run(async (tx) => {
       const created = await this.stores.sessions.create(tx, {
         id: newId(),
         accountId,
@@ -117,7 +117,7 @@ export class SignIn {
 
   async revoke(accountId: string, sessionId: string): Promise<void> {
     const now = this.clock.now();
-    const revoked = await this.db.$transaction(async (tx) => {
+    const revoked = await this.transactions.run(async (tx) => {
       const { count } = await this.stores.sessions.revoke(tx, accountId, sessionId, now);
       if (count === 1) {
         await appendEvent(tx, accountId, { type: 'session.revoked', resourceType: 'session', resourceId: sessionId, data: {} });
@@ -131,7 +131,7 @@ export class SignIn {
   /** Ends every browser and CLI sign-in, the caller's included; API keys stay valid. */
   async revokeAll(accountId: string): Promise<number> {
     const now = this.clock.now();
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       const { count } = await this.stores.sessions.revokeAll(tx, accountId, now);
       await appendEvent(tx, accountId, { type: 'session.revoked', resourceType: 'account', resourceId: accountId, data: { all: true, count } });
       return count;
@@ -140,7 +140,7 @@ export class SignIn {
 
   /** Unlocks password sign-in; true when a lock was lifted. */
   async unlock(auth: AuthContext): Promise<boolean> {
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       const unlocked = await this.stores.accounts.unlock(tx, auth.accountId);
       if (unlocked) {
         await appendEvent(tx, auth.accountId, { type: 'account.updated', resourceType: 'account', resourceId: auth.accountId, data: { sign_in_unlocked: true } });

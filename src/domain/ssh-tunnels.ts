@@ -6,7 +6,8 @@
 import type { Duplex } from 'node:stream';
 import { KisteError } from '../errors';
 import { AgentCallError } from '../compute/guest-agent';
-import type { MachineHost } from '../compute/machine-host';
+import type { GuestAgents } from '../compute/machine-host';
+import { AccountSlots } from './account-slots';
 import type { Instances } from './instances';
 
 export const TUNNELS_PER_ACCOUNT = 32;
@@ -85,23 +86,22 @@ export class SshTunnel {
 
 export class SshTunnels {
   private readonly open = new Map<string, Set<SshTunnel>>();
-  /** Openings under way count against the limit too, so concurrent ones cannot pass it together. */
-  private readonly opening = new Map<string, number>();
+  /** Per account: a slot from the start of an opening until its tunnel closes (openings under way count too). */
+  private readonly slots: AccountSlots;
 
   constructor(
     private readonly instances: Instances,
-    private readonly host: MachineHost,
+    private readonly host: GuestAgents,
     private readonly settings: TunnelSettings = { perAccount: TUNNELS_PER_ACCOUNT, idleMs: TUNNEL_IDLE_MS },
-  ) {}
+  ) {
+    this.slots = new AccountSlots(settings.perAccount);
+  }
 
   /** Checks the rules and connects to the guest's SSH port; the caller attaches its transport. */
   async connect(accountId: string, name: string): Promise<SshTunnel> {
-    const instance = await this.instances.running(accountId, name);
-    if (this.count(accountId) >= this.settings.perAccount) {
-      throw new KisteError('L07', { message: `The account already has ${this.settings.perAccount} SSH tunnels open` });
-    }
-    this.opening.set(accountId, (this.opening.get(accountId) ?? 0) + 1);
+    const slot = this.slots.take(accountId, () => new KisteError('L07', { message: `The account already has ${this.settings.perAccount} SSH tunnels open` }));
     try {
+      const instance = await this.instances.running(accountId, name);
       let stream: Duplex;
       try {
         await this.instances.refreshAuthorizedKeys(instance);
@@ -114,21 +114,28 @@ export class SshTunnels {
         }
         throw error;
       }
-      const tunnel = new SshTunnel(accountId, instance.id, stream, this.settings.idleMs, (t) => this.forget(t));
+      const tunnel = new SshTunnel(accountId, instance.id, stream, this.settings.idleMs, (t) => {
+        this.forget(t);
+        slot.release();
+      });
       let set = this.open.get(accountId);
       if (!set) this.open.set(accountId, (set = new Set()));
       set.add(tunnel);
       return tunnel;
-    } finally {
-      const left = (this.opening.get(accountId) ?? 1) - 1;
-      if (left > 0) this.opening.set(accountId, left);
-      else this.opening.delete(accountId);
+    } catch (error) {
+      slot.release();
+      throw error;
     }
+  }
+
+  /** The most tunnels one account may have open (GET /v1/status reports it). */
+  get perAccount(): number {
+    return this.settings.perAccount;
   }
 
   /** Open tunnels of the account (and openings under way). */
   count(accountId: string): number {
-    return (this.open.get(accountId)?.size ?? 0) + (this.opening.get(accountId) ?? 0);
+    return this.slots.count(accountId);
   }
 
   /** Signing out everywhere ends the account's tunnels. */

@@ -5,8 +5,9 @@
 // with the same capability reattaches to the same shell and first replays the recent output.
 // Sessions live in this process (a service restart ends them: the agent stops their commands).
 import { KisteError } from '../errors';
+import { AccountSlots } from './account-slots';
 import type { ExecHandle } from '../compute/guest-agent';
-import type { MachineHost } from '../compute/machine-host';
+import type { GuestAgents } from '../compute/machine-host';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
 import { newId, newToken, sha256Hex } from './secrets';
@@ -23,8 +24,12 @@ export interface TerminalSettings {
 }
 
 export const DEFAULT_TERMINAL_SETTINGS: TerminalSettings = { connectWithinMs: 60_000, reattachWithinMs: 60_000, replayBytes: 64 * 1024 };
+/** Terminal sessions an account may have at once (each holds a shell in a guest and a stream through the service). */
+export const TERMINALS_PER_ACCOUNT = 16;
 const DEFAULT_SIZE = { cols: 80, rows: 24 };
 const MAX_SIZE = 1000;
+/** Keys typed before the shell started that are held for it; past this the client waits for the shell. */
+export const TYPED_EARLY_BYTES = 64 * 1024;
 
 /** The connected client, as the domain sees its transport. */
 export interface TerminalPeer {
@@ -43,6 +48,9 @@ export class TerminalSession {
   private peer: TerminalPeer | null = null;
   private recent: Buffer[] = [];
   private typedEarly: Buffer[] = [];
+  private typedEarlyBytes = 0;
+  /** Clients' `taken` held until the shell starts (input past TYPED_EARLY_BYTES). */
+  private waitingForShell: (() => void)[] = [];
   private recentBytes = 0;
   private clientTimer: NodeJS.Timeout | null = null;
   ended = false;
@@ -53,7 +61,7 @@ export class TerminalSession {
     readonly instanceName: string,
     readonly tokenHash: string,
     size: { cols: number; rows: number },
-    private readonly deps: { host: MachineHost; clock: Clock; settings: TerminalSettings; onEnded: (s: TerminalSession) => void },
+    private readonly deps: { host: GuestAgents; clock: Clock; settings: TerminalSettings; onEnded: (s: TerminalSession) => void },
   ) {
     this.cols = size.cols;
     this.rows = size.rows;
@@ -81,10 +89,14 @@ export class TerminalSession {
   /** Keys from the client; `taken` runs once the guest accepted them (the transport waits for it: a paste cannot pile up here). */
   input(data: Buffer, taken: () => void): void {
     if (this.ended) return taken();
-    // Keys typed while the shell starts wait for it (the PTY buffers them until bash reads).
+    // Keys typed while the shell starts wait for it (the PTY buffers them until bash reads); a
+    // client that types more than TYPED_EARLY_BYTES meanwhile waits for the shell too.
     if (!this.shell?.stdin) {
       this.typedEarly.push(data);
-      return taken();
+      this.typedEarlyBytes += data.length;
+      if (this.typedEarlyBytes <= TYPED_EARLY_BYTES) return taken();
+      this.waitingForShell.push(taken);
+      return;
     }
     if (this.shell.stdin.write(data)) taken();
     else this.shell.stdin.once('drain', taken);
@@ -110,6 +122,7 @@ export class TerminalSession {
     void this.shell?.cancel(500).catch(() => undefined);
     this.peer?.end(exitCode, reason);
     this.peer = null;
+    this.releaseEarlyInput();
     this.deps.onEnded(this);
   }
 
@@ -127,7 +140,8 @@ export class TerminalSession {
       })
       .then((shell) => {
         this.shell = shell;
-        for (const data of this.typedEarly.splice(0)) shell.stdin?.write(data);
+        for (const data of this.typedEarly) shell.stdin?.write(data);
+        this.releaseEarlyInput();
         void this.pump(shell);
         return shell;
       });
@@ -150,6 +164,12 @@ export class TerminalSession {
     } catch {
       this.end('the machine went away');
     }
+  }
+
+  private releaseEarlyInput(): void {
+    this.typedEarly = [];
+    this.typedEarlyBytes = 0;
+    for (const taken of this.waitingForShell.splice(0)) taken();
   }
 
   private remember(chunk: Buffer): void {
@@ -176,26 +196,43 @@ export class TerminalSession {
 
 export class Terminals {
   private readonly sessions = new Map<string, TerminalSession>();
+  private readonly slots = new AccountSlots(TERMINALS_PER_ACCOUNT);
 
   constructor(
     private readonly instances: Instances,
-    private readonly host: MachineHost,
+    private readonly host: GuestAgents,
     private readonly clock: Clock,
     private readonly settings: TerminalSettings = DEFAULT_TERMINAL_SETTINGS,
   ) {}
 
   /** A new session on a running instance and its capability (shown once; kept only as a hash). */
   async create(accountId: string, name: string, size: { cols?: number | null; rows?: number | null }): Promise<{ session: TerminalSession; token: string }> {
-    const instance = await this.instances.running(accountId, name);
-    const token = newToken(TERMINAL_TOKEN_PREFIX);
-    const session = new TerminalSession(accountId, instance.id, instance.name, sha256Hex(token), checkedSize(size), {
-      host: this.host,
-      clock: this.clock,
-      settings: this.settings,
-      onEnded: (s) => this.sessions.delete(s.tokenHash),
-    });
-    this.sessions.set(session.tokenHash, session);
-    return { session, token };
+    const checked = checkedSize(size);
+    // Held from before the first await until the session ends: creates at once cannot pass the cap together.
+    const slot = this.slots.take(accountId, () => new KisteError('L10', { message: `The account already has ${TERMINALS_PER_ACCOUNT} terminals open` }));
+    try {
+      const instance = await this.instances.running(accountId, name);
+      const token = newToken(TERMINAL_TOKEN_PREFIX);
+      const session = new TerminalSession(accountId, instance.id, instance.name, sha256Hex(token), checked, {
+        host: this.host,
+        clock: this.clock,
+        settings: this.settings,
+        onEnded: (s) => {
+          this.sessions.delete(s.tokenHash);
+          slot.release();
+        },
+      });
+      this.sessions.set(session.tokenHash, session);
+      return { session, token };
+    } catch (error) {
+      slot.release();
+      throw error;
+    }
+  }
+
+  /** Terminal sessions the account has (or is making). */
+  count(accountId: string): number {
+    return this.slots.count(accountId);
   }
 
   /** The live session a capability names; 403 D04 when there is none. */

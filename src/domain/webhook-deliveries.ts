@@ -9,11 +9,11 @@ import { createHmac } from 'node:crypto';
 import { ANY_ACCOUNT, type CommitSignal } from '../db/commit-signal';
 import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
-import type { Db } from '../store/prisma';
 import type { DeliveryWithEndpoint, WebhookDelivery, WebhookEndpoint, WebhookStore } from '../store/webhooks';
 import type { SendResult, SendWebhook } from '../webhooks/sender';
 import type { Clock } from './clock';
 import type { SecretBox } from './secret-box';
+import type { Transactions } from './transactions';
 import { checkWebhookTarget, type Resolver, type TargetRules } from './webhook-target';
 
 /** Delays after failed attempts 1, 2, … (seconds, before jitter): about 3.2 days in all. */
@@ -81,7 +81,7 @@ export class WebhookDeliveries {
   private readonly stopping = new AbortController();
 
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: WebhookStore,
     private readonly secrets: SecretBox,
     private readonly clock: Clock,
@@ -152,7 +152,7 @@ export class WebhookDeliveries {
     const { endpoint } = delivery;
     const attempt = delivery.attempt + 1;
     if (!endpoint.enabled && !how.evenWhenDisabled) {
-      await this.db.$transaction((tx) =>
+      await this.transactions.run((tx) =>
         this.store.stopOpenDeliveries(tx, endpoint.id, 'The endpoint is disabled', this.clock.now()),
       );
       return;
@@ -176,7 +176,7 @@ export class WebhookDeliveries {
       updatedAt: now,
     } as const;
     if (succeeded) return this.store.recordSuccess(delivery.id, delivery.attempt, endpoint.id, record);
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       const recorded = await this.store.recordAttempt(tx, delivery.id, delivery.attempt, record);
       if (!recorded) return; // the endpoint was deleted meanwhile, or another worker recorded this attempt
       const health = await this.store.recordFailure(tx, endpoint.id, now);

@@ -1,7 +1,7 @@
 // What a webhook delivery carries (openapi.yaml WebhookPayload): the event as the stream shows it
 // (ControlEventResponse), with its type and time beside it. The body is made once, when the
 // delivery is queued, and these exact bytes are signed and sent on every attempt.
-import type { Event } from '../store/prisma';
+import type { Event } from '../store/events';
 
 export interface EventRecord {
   sequence: number;

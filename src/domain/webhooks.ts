@@ -6,12 +6,12 @@ import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
-import type { Db } from '../store/prisma';
 import type { EndpointChanges, WebhookDelivery, WebhookEndpoint, WebhookStore } from '../store/webhooks';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import type { SecretBox } from './secret-box';
 import { newId } from './secrets';
+import type { Transactions } from './transactions';
 import type { WebhookDeliveries } from './webhook-deliveries';
 import { checkWebhookTarget, type Resolver, type TargetRules } from './webhook-target';
 
@@ -48,7 +48,7 @@ export interface WebhookPatch {
 
 export class Webhooks {
   constructor(
-    private readonly db: Db,
+    private readonly transactions: Transactions,
     private readonly store: WebhookStore,
     private readonly accounts: AccountStore,
     private readonly limits: Limits,
@@ -75,7 +75,7 @@ export class Webhooks {
     const id = newId();
     const secret = SECRET_PREFIX + randomBytes(32).toString('base64');
     const url = target.url.href;
-    const endpoint = await this.db.$transaction(async (tx) => {
+    const endpoint = await this.transactions.run(async (tx) => {
       await this.accounts.lockForUpdate(tx, accountId); // two concurrent creates cannot both pass the limit
       if ((await this.store.count(accountId, tx)) >= this.limits.webhooks) {
         throw new KisteError('L06', { message: `An account can have at most ${this.limits.webhooks} webhook endpoints` });
@@ -125,7 +125,7 @@ export class Webhooks {
       changed.push('enabled');
     }
     if (changed.length === 0) return current;
-    return this.db.$transaction(async (tx) => {
+    return this.transactions.run(async (tx) => {
       const updated = await this.store.update(tx, accountId, id, changes);
       if (!updated) throw new KisteError('N10');
       if (changes.enabled === false) await this.store.stopOpenDeliveries(tx, id, 'The endpoint was disabled', now);
@@ -139,7 +139,7 @@ export class Webhooks {
 
   /** Removes the endpoint with its deliveries: nothing more is sent to it. */
   async delete(accountId: string, id: string): Promise<void> {
-    await this.db.$transaction(async (tx) => {
+    await this.transactions.run(async (tx) => {
       const endpoint = await this.store.find(accountId, id, tx);
       if (!endpoint || !(await this.store.delete(tx, accountId, id))) throw new KisteError('N10');
       await appendEvent(tx, accountId, { type: 'webhook.deleted', resourceType: 'webhook', resourceId: id, data: { name: endpoint.name } });
@@ -150,7 +150,7 @@ export class Webhooks {
   async test(accountId: string, id: string): Promise<WebhookDelivery> {
     const endpoint = await this.get(accountId, id);
     const claimedUntil = new Date(this.clock.now().getTime() + TEST_CLAIM_MS);
-    const deliveryId = await this.db.$transaction(async (tx) => {
+    const deliveryId = await this.transactions.run(async (tx) => {
       const sequence = await appendEvent(
         tx, accountId,
         { type: 'webhook.test', resourceType: 'webhook', resourceId: id, data: { name: endpoint.name } },

@@ -694,7 +694,7 @@ export interface paths {
         };
         /**
          * Open the recovery console (WebSocket)
-         * @description Plain remote-framebuffer view over a WebSocket, authorized by the short-lived token of the session's RecoveryCapability.
+         * @description Plain remote-framebuffer view over a WebSocket, authorized by the short-lived token of the session's RecoveryCapability. A browser must open it from the console's or the desktop viewer's origin (403 A15 otherwise, before the upgrade).
          */
         get: operations["OpenRecoveryConsole"];
         put?: never;
@@ -854,7 +854,7 @@ export interface paths {
         put?: never;
         /**
          * Save a private image
-         * @description A selection whose components are all in the universal image is ready at once (`build_strategy` `universal`). Components outside it (`deb:<package>`, any Debian package by name) are built in the background into a derived disk layer inside a builder machine (`build_strategy` `derived_layer`, `status` `building`, then `ready` or `failed`; its log at GET /v1/images/{id}/build-log); identical selections share one cached layer.
+         * @description A selection whose components are all in the universal image is ready at once (`build_strategy` `universal`). Components outside it (`deb:<package>`, any Debian package by name) are built in the background into a derived disk layer inside a builder machine (`build_strategy` `derived_layer`, `status` `building`, then `ready` or `failed`; its log at GET /v1/images/{id}/build-log); identical selections share one cached layer. Builds wait their turn in a queue that takes accounts in turn (one account's many builds do not hold back another's); an account has at most 4 builds queued or running (409 L11).
          */
         post: operations["CreateImage"];
         delete?: never;
@@ -1127,7 +1127,7 @@ export interface paths {
         };
         /**
          * Sample live usage
-         * @description 409 while the instance is not running; 429 past 40 samples a minute per account.
+         * @description 409 while the instance is not running; 429 past 40 samples a minute per account; 503 K10 while the machine's guest agent does not answer (or answers with values that are not a sample).
          */
         get: operations["GetInstanceMetrics"];
         put?: never;
@@ -1300,7 +1300,7 @@ export interface paths {
         };
         /**
          * Open an SSH tunnel (WebSocket)
-         * @description WebSocket upgrade; binary frames both ways carry the raw SSH connection. Before the upgrade answers 409 when the instance is not running (K03), its SSH server is not listening yet (K04), or the account already has 32 tunnels open (L07). An idle tunnel closes after one hour without traffic; stopping, restarting or deleting the instance, and signing out everywhere, close it.
+         * @description WebSocket upgrade; binary frames both ways carry the raw SSH connection. Before the upgrade answers 409 when the instance is not running (K03), its SSH server is not listening yet (K04), or the account already has 32 tunnels open (L07); 403 A15 when a browser opens it from a page that is not the console's or the desktop viewer's. An idle tunnel closes after one hour without traffic; stopping, restarting or deleting the instance, and signing out everywhere, close it.
          */
         get: operations["OpenSshTunnel"];
         put?: never;
@@ -1342,7 +1342,7 @@ export interface paths {
         put?: never;
         /**
          * Create a browser terminal session
-         * @description Answers a short-lived capability; connect to `connect_url` with a WebSocket.
+         * @description Answers a short-lived capability; connect to `connect_url` with a WebSocket. An account has at most 16 terminal sessions at once (409 L10); a session ends when its shell exits, 60 s after its client left, or 60 s after it was made when nobody connected.
          */
         post: operations["CreateTerminalSession"];
         delete?: never;
@@ -1584,7 +1584,7 @@ export interface paths {
         };
         /**
          * Connect a terminal (WebSocket)
-         * @description WebSocket upgrade authorized by the capability from POST /v1/instances/{name}/terminal (403 D04 when it is unknown or its session ended). Binary frames carry the terminal's bytes both ways. The client sends text frames `{"type": "resize", "cols": N, "rows": N}`; when the shell ends the service sends `{"type": "exit", "exit_code": N or null, "reason": "..."}` and closes with 1000. The capability must be used within 60 s; after the client leaves, the shell waits 60 s for a reconnect with the same capability, which first replays the recent output (up to 64 KiB). Another connection with the same capability takes the terminal over. Signing out everywhere and stopping the instance end it.
+         * @description WebSocket upgrade authorized by the capability from POST /v1/instances/{name}/terminal (403 D04 when it is unknown or its session ended). Binary frames carry the terminal's bytes both ways. The client sends text frames `{"type": "resize", "cols": N, "rows": N}`; when the shell ends the service sends `{"type": "exit", "exit_code": N or null, "reason": "..."}` and closes with 1000. The capability must be used within 60 s; after the client leaves, the shell waits 60 s for a reconnect with the same capability, which first replays the recent output (up to 64 KiB). Another connection with the same capability takes the terminal over. Signing out everywhere and stopping the instance end it. A browser must open it from the console's or the desktop viewer's origin (403 A15 otherwise, before the upgrade).
          */
         get: operations["ConnectTerminal"];
         put?: never;
@@ -2037,9 +2037,14 @@ export interface components {
         ControlPlaneStatusResponse: {
             features: components["schemas"]["ControlPlaneFeatures"];
             limits: components["schemas"]["ResourceLimitsResponse"];
+            machines: components["schemas"]["MachineAvailability"];
             /** @constant */
             object: "status";
-            status: string;
+            /**
+             * @description `degraded` while machines cannot be started on this server (`machines` says why); else `ok`.
+             * @enum {string}
+             */
+            status: "ok" | "degraded";
             usage: components["schemas"]["ResourceUsageResponse"];
             version: string;
         };
@@ -2273,6 +2278,7 @@ export interface components {
         DesktopSessionResponse: {
             /** Format: date-time */
             expires_at: string;
+            /** @description An operator's TURN server, if there is one, with credentials (TURN REST scheme) good for ten minutes (never past the session) to make a relay allocation; an allocation made in time outlives them. Renew the session for fresh ones before each connect. */
             ice_servers: components["schemas"]["IceServer"][];
             /**
              * Format: uri
@@ -2391,7 +2397,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L13" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -2813,6 +2819,25 @@ export interface components {
             logs: string;
             name: string;
         };
+        /**
+         * @description Whether this server can start machines now (create, start, resume, restart, fork, upgrade), and
+         *     if not why. A fresh server cannot for a while: it builds its machine image first (minutes).
+         */
+        MachineAvailability: {
+            available: boolean;
+            /**
+             * @description Null while available. `isolation`: the host cannot jail machines (starts answer 503 K09
+             *     until the operator mends it; no restart needed); `image_building`: the machine image is
+             *     being built (starts answer 503 K06, retry later); `image_failed`: its build failed (503 K06
+             *     until the operator mends it and restarts the service).
+             * @enum {string|null}
+             */
+            cause: "isolation" | "image_building" | "image_failed" | null;
+            /** @description What to do about it. */
+            hint: string | null;
+            /** @description What is missing, as a start's refusal would say it (with the build's step while it builds). */
+            reason: string | null;
+        };
         MachineImage: {
             /** @description Content key of the built artifact. */
             artifact_key: string;
@@ -2931,6 +2956,11 @@ export interface components {
             large_hour_cents: number;
         };
         PlatformComponent: {
+            /**
+             * @description `api`, `database` and `machines`: operational while new machines can start, degraded while
+             *     the machine image is being built, outage while the host cannot jail machines or the image
+             *     build failed (GET /v1/status tells a signed-in user why).
+             */
             name: string;
             status: components["schemas"]["PlatformState"];
         };
@@ -7018,10 +7048,11 @@ export const alertPreferencesResponseEmail_deliveryValues: ReadonlyArray<Flatten
 export const billingPlanStateStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BillingPlanState"]["state"]> = ["none", "active", "past_due", "canceled"];
 export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account", "image", "environment"];
 export const controlPlaneFeaturesAcceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneFeatures"]["accelerator"]> = ["kvm", "tcg", "none"];
+export const controlPlaneStatusResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneStatusResponse"]["status"]> = ["ok", "degraded"];
 export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateInstanceRequest"]["profile"]> = ["desktop"];
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L13", "B01", "B02", "B03"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "B01", "B02", "B03"];
 export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import spec from '../generated/openapi.json';
 import { errorEnvelope, KisteError, retryAfterOf } from '../errors';
 import type { Services } from '../services';
+import { HSTS, servesHttps } from './browser-edges';
 import { runOperation } from './pipeline';
 import { requestIdOf } from './request-id';
 import { allowedMethods, operationFor, operationsForPath } from './routes';
@@ -22,6 +23,12 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
   const app = express();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
+  if (servesHttps(services.config)) {
+    app.use((_req: Request, res: Response, next: NextFunction) => {
+      res.setHeader('strict-transport-security', HSTS);
+      next();
+    });
+  }
   app.use(
     pinoHttp({
       logger,
@@ -36,7 +43,20 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
       wrapSerializers: false,
       serializers: {
         req: (req: Request) => ({ id: req.id, method: req.method, path: req.url.split('?')[0], remoteAddress: req.socket?.remoteAddress }),
-        res: (res: Response) => ({ statusCode: res.statusCode }),
+        res: (res: Response) => ({ statusCode: res.statusCode, ...(res.locals?.errorCode ? { code: res.locals.errorCode } : {}) }),
+      },
+      // A refusal the service means (503 K06 while the first image builds, asked again every few
+      // seconds) is one line naming its code, not an error with pino-http's stand-in stack; a failure
+      // it did not mean (P10) is logged with its real error by sendError and stays an error here.
+      customLogLevel: (_req: Request, res: Response, error?: Error) => {
+        if (res.statusCode < 500 && !error) return 'info';
+        return error || !res.locals?.errorCode || res.locals.errorCode === 'P10' ? 'error' : 'warn';
+      },
+      customErrorMessage: (_req: Request, res: Response) => (res.locals?.errorCode ? 'request refused' : 'request errored'),
+      customErrorObject: (_req: Request, res: Response, _error: Error, value: Record<string, unknown>) => {
+        if (!res.locals?.errorCode) return value;
+        const { err: _standIn, ...rest } = value;
+        return rest;
       },
     }),
   );
@@ -105,6 +125,7 @@ export function sendError(services: Services, error: unknown, req: Request, res:
   const retryAfter = retryAfterOf(known);
   if (retryAfter !== null) res.setHeader('retry-after', String(retryAfter));
   for (const [name, value] of Object.entries(known.details.headers ?? {})) res.setHeader(name, value);
+  res.locals.errorCode = known.code; // for the request's log line
   res.status(known.status).setHeader('content-type', 'application/json; charset=utf-8');
   res.end(JSON.stringify(errorEnvelope(known, requestId, services.config.baseUrl)));
 }

@@ -8,6 +8,7 @@ import { KisteError } from '../errors';
 import type { AuthContext } from '../domain/auth-context';
 import type { Services } from '../services';
 import { mediaTypeOf, parseBody, readBody } from './body';
+import { checkWebSocketOrigin, servesHttps } from './browser-edges';
 import { parseCookies, setCookies, SESSION_COOKIE } from './cookies';
 import type { AnyHandlerResult, RequestInfo } from './handler';
 import { validateBody, validateParameters } from './validation';
@@ -25,6 +26,8 @@ export interface RoutedRequest {
 export async function runOperation(services: Services, routed: RoutedRequest, req: Request, res: Response): Promise<void> {
   const meta: OperationMeta = OPERATIONS[routed.operationId as OperationId];
   const info = requestInfo(req, res, services);
+  // Before anything else (the body, the credential): a browser on another site's page gets nowhere.
+  if (info.upgrade) checkWebSocketOrigin(services.config, req.headers.origin);
 
   const raw = await readBody(req, meta.bodyLimit ?? NO_BODY_LIMIT);
   const auth = await authenticate(services, meta, info, req);
@@ -71,13 +74,14 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
 
 function requestInfo(req: Request, res: Response, services: Services): RequestInfo {
   const host = (req.headers.host ?? '').toLowerCase().replace(/:\d+$/, '');
+  const secure = servesHttps(services.config);
   let gone: AbortController | undefined;
   return {
     id: (req as Request & { id: string }).id,
     ip: req.socket.remoteAddress ?? 'unknown',
     userAgent: typeof req.headers['user-agent'] === 'string' ? req.headers['user-agent'].slice(0, 512) : null,
-    cookies: parseCookies(req),
-    secure: services.config.tls !== null || services.config.baseUrl.startsWith('https:'),
+    cookies: parseCookies(req, secure),
+    secure,
     host,
     url: req.originalUrl,
     upgrade: upgradeOf(req),

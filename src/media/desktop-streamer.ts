@@ -1,5 +1,7 @@
 // What the desktop domain needs to stream a machine's screen to a viewer, whatever carries it.
 import type { Duplex } from 'node:stream';
+import type { EncoderPlacement } from '../compute/jail/encoder-jail';
+import type { RfbLogger } from '../compute/rfb-client';
 import type { DisplaySize } from '../compute/machine-display';
 import type { IceServer } from '../domain/ice-servers';
 
@@ -10,11 +12,17 @@ export interface DesktopStreamSettings {
   kbps: number;
   /** The address host candidates are gathered on (the service's listen address); null: every interface. */
   hostAddress: string | null;
+  /** Where an account's encoders run (their cgroup and user); unset: as the service, niced. */
+  encoders?: { placement(accountId: string): EncoderPlacement };
+  /** Where a screen's RFB messages that do not fit their shape are reported (QEMU is not trusted). */
+  logger?: RfbLogger;
 }
 
 export const DEFAULT_STREAM_SETTINGS: DesktopStreamSettings = { fps: 15, kbps: 2000, hostAddress: null };
 
 export interface StreamRequest {
+  /** The account it streams for: its encoder runs in the account's share of the encoders' CPU. */
+  accountId: string;
   offerSdp: string;
   iceServers: IceServer[];
   /** The machine's screen (RFB). */

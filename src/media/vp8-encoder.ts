@@ -3,8 +3,10 @@
 // reads. Frames are written only when the screen changed, so an idle desktop costs no encoding at
 // all (0 fps); timestamps are the frames' arrival times. A keyframe is had by starting the encoder
 // afresh (a new viewer, a picture loss report, a new screen size), which takes a fraction of a second.
+// Where it runs (its cgroup, its user) is the placement's to say (compute/jail/encoder-jail.ts).
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createSocket, type Socket } from 'node:dgram';
+import type { EncoderPlacement } from '../compute/jail/encoder-jail';
 
 export interface VideoEncoderOptions {
   width: number;
@@ -13,6 +15,8 @@ export interface VideoEncoderOptions {
   kbps: number;
   /** The encoder's program (default `ffmpeg` on PATH). */
   ffmpeg?: string;
+  /** Where and as whom it runs, asked for as it starts (default: here, as the service). */
+  place?(): EncoderPlacement;
   onRtp(packet: Buffer): void;
   onError(message: string): void;
 }
@@ -30,6 +34,7 @@ export interface VideoEncoder {
 const RTP_PACKET_BYTES = 1200;
 
 export async function startVp8Encoder(options: VideoEncoderOptions): Promise<VideoEncoder> {
+  const placement = options.place?.(); // first: when it cannot be had, nothing else was made
   const socket: Socket = createSocket('udp4');
   socket.on('message', (packet) => options.onRtp(packet));
   socket.on('error', (error) => options.onError(`encoder socket: ${error.message}`));
@@ -47,8 +52,9 @@ export async function startVp8Encoder(options: VideoEncoderOptions): Promise<Vid
     '-lag-in-frames', '0', '-auto-alt-ref', '0', '-error-resilient', '1', '-g', '600',
     '-f', 'rtp', '-payload_type', '96', `rtp://127.0.0.1:${port}?pkt_size=${RTP_PACKET_BYTES}`,
   ];
+  const launch = placement?.wrap('nice', args) ?? { command: 'nice', args };
   // stdin is a pipe of ours; the child ignores a closed one (-nostdin is about interaction, not input).
-  const child: ChildProcessWithoutNullStreams = spawn('nice', args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child: ChildProcessWithoutNullStreams = spawn(launch.command, launch.args, { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-2000);
@@ -58,11 +64,13 @@ export async function startVp8Encoder(options: VideoEncoderOptions): Promise<Vid
   let busy = false;
   child.stdin.on('error', () => undefined);
   child.on('exit', (code, signal) => {
+    placement?.left();
     socket.close();
     if (!closed) options.onError(`the encoder exited (${signal ?? code})${stderr ? `: ${stderr.trim()}` : ''}`);
     closed = true;
   });
   child.on('error', (error) => {
+    placement?.left();
     if (!closed) options.onError(`the encoder could not start: ${error.message}`);
     closed = true;
   });

@@ -24,7 +24,7 @@ export class WebRtcDesktopStreamer implements DesktopStreamer {
   constructor(private readonly settings: DesktopStreamSettings = DEFAULT_STREAM_SETTINGS) {}
 
   async open(request: StreamRequest): Promise<OpenStream> {
-    const rfb = await RfbClient.connect(request.screen);
+    const rfb = await RfbClient.connect(request.screen, { logger: this.settings.logger });
     const address = this.settings.hostAddress;
     const pc = new RTCPeerConnection({
       codecs: { video: [useVP8({ rtcpFeedback: [useNACK(), usePLI(), useREMB()] })] },
@@ -159,7 +159,7 @@ class ScreenStream {
     await this.restartEncoder();
   }
 
-  /** A fresh encoder (its first frame is a keyframe) for the screen's current size. */
+  /** A fresh encoder (its first frame is a keyframe) for the screen's current size; the stream ends when none can start. */
   private async restartEncoder(): Promise<void> {
     if (this.closed || this.starting) return;
     this.starting = true;
@@ -171,6 +171,7 @@ class ScreenStream {
         width: this.rfb.width,
         height: this.rfb.height,
         kbps: this.settings.kbps,
+        place: this.settings.encoders ? () => this.settings.encoders!.placement(this.request.accountId) : undefined,
         onRtp: (packet) => this.forward(packet, encoder),
         onError: (message) => {
           if (this.encoder === encoder) this.close(message);
@@ -180,6 +181,9 @@ class ScreenStream {
       this.encoder = encoder;
       this.dirty = true;
       this.control?.send(JSON.stringify({ type: 'size', width: encoder.width, height: encoder.height }));
+    } catch (error) {
+      // Its place (cgroup) could not be made: no encoder runs outside it.
+      this.close(`the encoder could not start: ${error instanceof Error ? error.message : String(error)}`);
     } finally {
       this.starting = false;
     }

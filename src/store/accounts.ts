@@ -1,4 +1,9 @@
-import type { Account, Db, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { Account } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { Account };
 
 export class AccountStore {
   constructor(private readonly db: Db) {}
@@ -15,8 +20,8 @@ export class AccountStore {
     return this.db.account.findUnique({ where: { email } });
   }
 
-  create(tx: Tx, data: { id: string; email: string; name: string | null; passwordHash: string }): Promise<Account> {
-    return tx.account.create({ data });
+  create(tx: Transaction, data: { id: string; email: string; name: string | null; passwordHash: string }): Promise<Account> {
+    return clientFor(tx).account.create({ data });
   }
 
   /** Counts a failure from an unknown browser; locks when `threshold` is reached inside `windowMs`. */
@@ -44,24 +49,25 @@ export class AccountStore {
    * Serialises per-account limit checks: on PostgreSQL the update takes the account row's lock until
    * the transaction ends; SQLite has one writer at a time anyway.
    */
-  async lockForUpdate(tx: Tx, id: string): Promise<void> {
-    await tx.account.update({ where: { id }, data: { updatedAt: new Date() } });
+  async lockForUpdate(tx: Transaction, id: string): Promise<void> {
+    await clientFor(tx).account.update({ where: { id }, data: { updatedAt: new Date() } });
   }
 
   /** Lifts the password sign-in lock and forgets the failures; true when a lock was lifted. */
-  async unlock(tx: Tx, id: string): Promise<boolean> {
-    const account = await tx.account.findUniqueOrThrow({ where: { id } });
-    await tx.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
+  async unlock(tx: Transaction, id: string): Promise<boolean> {
+    const client = clientFor(tx);
+    const account = await client.account.findUniqueOrThrow({ where: { id } });
+    await client.account.update({ where: { id }, data: { signInLockedAt: null, failedSignIns: 0, failedSignInsSince: null } });
     return account.signInLockedAt !== null;
   }
 
   /** Marks the account; false when a deletion was already requested (a concurrent request won). */
-  async markDeletionRequested(tx: Tx, id: string, now: Date): Promise<boolean> {
-    const { count } = await tx.account.updateMany({ where: { id, deletionRequestedAt: null }, data: { deletionRequestedAt: now } });
+  async markDeletionRequested(tx: Transaction, id: string, now: Date): Promise<boolean> {
+    const { count } = await clientFor(tx).account.updateMany({ where: { id, deletionRequestedAt: null }, data: { deletionRequestedAt: now } });
     return count === 1;
   }
 
-  delete(tx: Tx, id: string): Promise<unknown> {
-    return tx.account.deleteMany({ where: { id } });
+  delete(tx: Transaction, id: string): Promise<unknown> {
+    return clientFor(tx).account.deleteMany({ where: { id } });
   }
 }

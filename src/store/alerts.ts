@@ -13,10 +13,12 @@
 // while `pending` again), and the time it was sent once `sent`. Only a `sent` row's emailedAt is
 // shown as `emailed_at`.
 import type { AlertKind } from '../domain/alert-kinds';
+import type { Transaction } from '../domain/transactions';
 import { newId } from '../domain/secrets';
 import { appendEvent } from './events';
-import type { Db, Tx } from './prisma';
 import type { Alert } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { Alert };
 
@@ -39,20 +41,21 @@ const TITLE_MAX = 200;
 const DETAIL_MAX = 2000;
 
 /** Returns the new alert's id, or null when the same alert is still open (or, with `once`, was ever raised). */
-export async function raiseAlert(tx: Tx, accountId: string, alert: RaiseAlert): Promise<string | null> {
+export async function raiseAlert(tx: Transaction, accountId: string, alert: RaiseAlert): Promise<string | null> {
+  const client = clientFor(tx);
   const resourceType = alert.resourceType ?? null;
   const resourceId = alert.resourceId ?? null;
   // The account row first (a row lock on PostgreSQL, the write lock on SQLite): two processes
   // raising the same alert at once are serialised, so the check below holds until commit.
-  await tx.account.update({ where: { id: accountId }, data: { updatedAt: new Date() } });
-  const existing = await tx.alert.findFirst({
+  await client.account.update({ where: { id: accountId }, data: { updatedAt: new Date() } });
+  const existing = await client.alert.findFirst({
     where: { accountId, kind: alert.kind, resourceType, resourceId, ...(alert.once ? {} : { acknowledgedAt: null }) },
     select: { id: true },
   });
   if (existing) return null;
   const id = newId();
   const title = clip(alert.title, TITLE_MAX);
-  await tx.alert.create({
+  await client.alert.create({
     data: { id, accountId, kind: alert.kind, title, detail: clip(alert.detail, DETAIL_MAX), resourceType, resourceId, emailState: 'pending' },
   });
   await appendEvent(tx, accountId, {
@@ -83,13 +86,13 @@ export class AlertStore {
     return [...open, ...closed];
   }
 
-  find(accountId: string, id: string, tx: Tx | Db = this.db): Promise<Alert | null> {
-    return tx.alert.findFirst({ where: { accountId, id } });
+  find(accountId: string, id: string, tx?: Transaction): Promise<Alert | null> {
+    return clientFor(tx, this.db).alert.findFirst({ where: { accountId, id } });
   }
 
   /** Closes an open alert; false when it was already closed (or is not there). */
-  async acknowledge(tx: Tx, accountId: string, id: string, at: Date): Promise<boolean> {
-    const { count } = await tx.alert.updateMany({ where: { accountId, id, acknowledgedAt: null }, data: { acknowledgedAt: at } });
+  async acknowledge(tx: Transaction, accountId: string, id: string, at: Date): Promise<boolean> {
+    const { count } = await clientFor(tx).alert.updateMany({ where: { accountId, id, acknowledgedAt: null }, data: { acknowledgedAt: at } });
     return count === 1;
   }
 
@@ -109,8 +112,8 @@ export class AlertStore {
     return row?.enabled ?? null;
   }
 
-  setPreference(tx: Tx, accountId: string, kind: string, enabled: boolean): Promise<unknown> {
-    return tx.alertPreference.upsert({
+  setPreference(tx: Transaction, accountId: string, kind: string, enabled: boolean): Promise<unknown> {
+    return clientFor(tx).alertPreference.upsert({
       where: { accountId_kind: { accountId, kind } },
       create: { accountId, kind, enabled },
       update: { enabled },

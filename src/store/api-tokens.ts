@@ -1,4 +1,10 @@
-import type { Account, ApiToken, Db, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { ApiToken } from '../generated/prisma/sqlite/client';
+import type { Account } from './accounts';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { ApiToken };
 
 export interface NewApiToken {
   id: string;
@@ -13,12 +19,12 @@ export interface NewApiToken {
 export class ApiTokenStore {
   constructor(private readonly db: Db) {}
 
-  countActive(accountId: string, now: Date, tx: Tx | Db = this.db): Promise<number> {
-    return tx.apiToken.count({ where: { accountId, revokedAt: null, expiresAt: { gt: now } } });
+  countActive(accountId: string, now: Date, tx?: Transaction): Promise<number> {
+    return clientFor(tx, this.db).apiToken.count({ where: { accountId, revokedAt: null, expiresAt: { gt: now } } });
   }
 
-  create(tx: Tx, token: NewApiToken): Promise<ApiToken> {
-    return tx.apiToken.create({ data: token });
+  create(tx: Transaction, token: NewApiToken): Promise<ApiToken> {
+    return clientFor(tx).apiToken.create({ data: token });
   }
 
   /** Every key of the account, revoked and expired ones included, newest first. */
@@ -42,8 +48,8 @@ export class ApiTokenStore {
     return this.db.apiToken.updateMany({ where: { id }, data: { lastUsedAt: now } });
   }
 
-  revoke(tx: Tx, accountId: string, id: string, now: Date): Promise<{ count: number }> {
-    return tx.apiToken.updateMany({ where: { accountId, id, revokedAt: null }, data: { revokedAt: now } });
+  revoke(tx: Transaction, accountId: string, id: string, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).apiToken.updateMany({ where: { accountId, id, revokedAt: null }, data: { revokedAt: now } });
   }
 
   /** Host-wide: live keys expiring after `now` and by `until` (accounts being deleted left out); for the expiry alerts. */
@@ -54,7 +60,7 @@ export class ApiTokenStore {
     });
   }
 
-  revokeAll(tx: Tx, accountId: string, now: Date): Promise<{ count: number }> {
-    return tx.apiToken.updateMany({ where: { accountId, revokedAt: null }, data: { revokedAt: now } });
+  revokeAll(tx: Transaction, accountId: string, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).apiToken.updateMany({ where: { accountId, revokedAt: null }, data: { revokedAt: now } });
   }
 }

@@ -1,6 +1,8 @@
 // Command rows: one per exec run in an instance (counts and outcome, never the output).
-import type { Db, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
 import type { Command } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { Command };
 
@@ -46,8 +48,8 @@ export class CommandStore {
   }
 
   /** A running record; a second one with the same id fails on the unique key (only one request may run it). */
-  createRunning(tx: Tx, command: NewCommand): Promise<Command> {
-    return tx.command.create({ data: { ...command, status: 'running' } });
+  createRunning(tx: Transaction, command: NewCommand): Promise<Command> {
+    return clientFor(tx).command.create({ data: { ...command, status: 'running' } });
   }
 
   /** By id alone: the caller has found the command in its account first. */
@@ -55,7 +57,7 @@ export class CommandStore {
     return this.db.command.update({ where: { id }, data: { cancelRequestedAt: at } });
   }
 
-  finish(tx: Tx, id: string, outcome: CommandOutcome, finishedAt: Date): Promise<Command> {
-    return tx.command.update({ where: { id }, data: { ...outcome, finishedAt } });
+  finish(tx: Transaction, id: string, outcome: CommandOutcome, finishedAt: Date): Promise<Command> {
+    return clientFor(tx).command.update({ where: { id }, data: { ...outcome, finishedAt } });
   }
 }

@@ -1,10 +1,15 @@
-import type { AccountDeletion, Db, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { AccountDeletion } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { AccountDeletion };
 
 export class AccountDeletionStore {
   constructor(private readonly db: Db) {}
 
-  create(tx: Tx, deletion: { id: string; accountId: string; email: string; now: Date }): Promise<AccountDeletion> {
-    return tx.accountDeletion.create({
+  create(tx: Transaction, deletion: { id: string; accountId: string; email: string; now: Date }): Promise<AccountDeletion> {
+    return clientFor(tx).accountDeletion.create({
       data: {
         id: deletion.id,
         accountId: deletion.accountId,
@@ -25,7 +30,7 @@ export class AccountDeletionStore {
     return this.db.accountDeletion.findMany({ where: { state: 'pending', nextAttemptAt: { lte: now } }, orderBy: { requestedAt: 'asc' } });
   }
 
-  update(tx: Tx | Db, id: string, data: Partial<Pick<AccountDeletion, 'state' | 'step' | 'attempts' | 'lastError' | 'completedAt' | 'nextAttemptAt'>>): Promise<AccountDeletion> {
-    return tx.accountDeletion.update({ where: { id }, data });
+  update(id: string, data: Partial<Pick<AccountDeletion, 'state' | 'step' | 'attempts' | 'lastError' | 'completedAt' | 'nextAttemptAt'>>, tx?: Transaction): Promise<AccountDeletion> {
+    return clientFor(tx, this.db).accountDeletion.update({ where: { id }, data });
   }
 }

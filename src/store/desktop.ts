@@ -1,5 +1,8 @@
 // Desktop links and the viewers' desktop sessions.
-import type { Db, DesktopLink, DesktopSession } from './prisma';
+import type { DesktopLink, DesktopSession } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+
+export type { DesktopLink, DesktopSession };
 
 export class DesktopStore {
   constructor(private readonly db: Db) {}

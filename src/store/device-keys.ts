@@ -1,4 +1,9 @@
-import type { Db, DeviceKey, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { DeviceKey } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { DeviceKey };
 
 export interface NewDeviceKey {
   id: string;
@@ -16,8 +21,8 @@ export class DeviceKeyStore {
     return this.db.deviceKey.findMany({ where: { accountId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
   }
 
-  count(accountId: string, tx: Tx | Db = this.db): Promise<number> {
-    return tx.deviceKey.count({ where: { accountId } });
+  count(accountId: string, tx?: Transaction): Promise<number> {
+    return clientFor(tx, this.db).deviceKey.count({ where: { accountId } });
   }
 
   findByFingerprint(accountId: string, fingerprint: string): Promise<DeviceKey | null> {
@@ -28,11 +33,11 @@ export class DeviceKeyStore {
     return this.db.deviceKey.findFirst({ where: { accountId, id } });
   }
 
-  create(tx: Tx, key: NewDeviceKey): Promise<DeviceKey> {
-    return tx.deviceKey.create({ data: key });
+  create(tx: Transaction, key: NewDeviceKey): Promise<DeviceKey> {
+    return clientFor(tx).deviceKey.create({ data: key });
   }
 
-  delete(tx: Tx, accountId: string, id: string): Promise<{ count: number }> {
-    return tx.deviceKey.deleteMany({ where: { accountId, id } });
+  delete(tx: Transaction, accountId: string, id: string): Promise<{ count: number }> {
+    return clientFor(tx).deviceKey.deleteMany({ where: { accountId, id } });
   }
 }

@@ -1,6 +1,8 @@
 // Environments and their immutable versions. Every query takes the account id.
+import type { Transaction } from '../domain/transactions';
 import type { Environment, EnvironmentVersion, Prisma } from '../generated/prisma/sqlite/client';
-import type { Db, Tx } from './prisma';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { Environment, EnvironmentVersion };
 export type EnvironmentWithCurrent = Environment & { current: EnvironmentVersion };
@@ -22,7 +24,8 @@ export class EnvironmentStore {
     return this.db.environment.findMany({ where: { accountId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] });
   }
 
-  async findByName(accountId: string, name: string, client: Db | Tx = this.db): Promise<EnvironmentWithCurrent | null> {
+  async findByName(accountId: string, name: string, tx?: Transaction): Promise<EnvironmentWithCurrent | null> {
+    const client = clientFor(tx, this.db);
     const environment = await client.environment.findUnique({ where: { accountId_name: { accountId, name } } });
     if (!environment) return null;
     const current = await client.environmentVersion.findUnique({ where: { environmentId_version: { environmentId: environment.id, version: environment.currentVersion } } });
@@ -38,23 +41,25 @@ export class EnvironmentStore {
   }
 
   /** The new environment and its version 1, in the caller's transaction. */
-  async create(tx: Tx, accountId: string, environment: { id: string; name: string }, first: NewEnvironmentVersion): Promise<EnvironmentWithCurrent> {
-    const created = await tx.environment.create({
+  async create(tx: Transaction, accountId: string, environment: { id: string; name: string }, first: NewEnvironmentVersion): Promise<EnvironmentWithCurrent> {
+    const client = clientFor(tx);
+    const created = await client.environment.create({
       data: { id: environment.id, accountId, name: environment.name, currentVersion: 1, createdAt: first.createdAt, updatedAt: first.createdAt },
     });
-    const current = await tx.environmentVersion.create({ data: versionData(accountId, created.id, 1, first) });
+    const current = await client.environmentVersion.create({ data: versionData(accountId, created.id, 1, first) });
     return { ...created, current };
   }
 
   /** Publishes version current+1 in the caller's transaction; the version number is the row's, so two writers never share one. */
-  async publish(tx: Tx, accountId: string, environment: Environment, next: NewEnvironmentVersion): Promise<EnvironmentWithCurrent> {
+  async publish(tx: Transaction, accountId: string, environment: Environment, next: NewEnvironmentVersion): Promise<EnvironmentWithCurrent> {
+    const client = clientFor(tx);
     const version = environment.currentVersion + 1;
-    const { count } = await tx.environment.updateMany({
+    const { count } = await client.environment.updateMany({
       where: { id: environment.id, accountId, currentVersion: environment.currentVersion },
       data: { currentVersion: version, updatedAt: next.createdAt },
     });
     if (count === 0) throw new EnvironmentChangedError();
-    const current = await tx.environmentVersion.create({ data: versionData(accountId, environment.id, version, next) });
+    const current = await client.environmentVersion.create({ data: versionData(accountId, environment.id, version, next) });
     return { ...environment, currentVersion: version, updatedAt: next.createdAt, current };
   }
 }

@@ -4,7 +4,10 @@
 // same transaction.
 import { markAppended, EVENTS_CHANNEL } from '../db/commit-signal';
 import { newId } from '../domain/secrets';
-import type { Db, Event, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { Event } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 import { queueWebhookDeliveries, type TestDelivery } from './webhooks';
 
 export type { Event };
@@ -21,19 +24,20 @@ export interface AppendOptions {
   webhookTest?: TestDelivery;
 }
 
-export async function appendEvent(tx: Tx, accountId: string, event: NewEvent, options: AppendOptions = {}): Promise<bigint> {
-  const { eventSequence } = await tx.account.update({
+export async function appendEvent(tx: Transaction, accountId: string, event: NewEvent, options: AppendOptions = {}): Promise<bigint> {
+  const client = clientFor(tx);
+  const { eventSequence } = await client.account.update({
     where: { id: accountId },
     data: { eventSequence: { increment: 1 } },
     select: { eventSequence: true },
   });
-  const created = await tx.event.create({
+  const created = await client.event.create({
     data: { id: newId(), accountId, sequence: eventSequence, ...event, data: event.data as object },
   });
   // The webhook outbox: deliveries of this event are made in its transaction (see store/webhooks).
   await queueWebhookDeliveries(tx, created, options.webhookTest);
   // Readers waiting on this account wake once this transaction commits (see commit-signal).
-  if (markAppended(accountId).notifyPostgres) await tx.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})`;
+  if (markAppended(accountId).notifyPostgres) await client.$executeRaw`SELECT pg_notify(${EVENTS_CHANNEL}, ${accountId})`;
   return eventSequence;
 }
 

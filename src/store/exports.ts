@@ -1,4 +1,7 @@
-import type { Db, ExportLink } from './prisma';
+import type { ExportLink } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+
+export type { ExportLink };
 
 export class ExportLinkStore {
   constructor(private readonly db: Db) {}

@@ -1,7 +1,9 @@
 // Private images. Every query takes the account id, except the build worker's, which works on rows
 // it found by status and says so.
+import type { Transaction } from '../domain/transactions';
 import type { Image, Prisma } from '../generated/prisma/sqlite/client';
-import type { Db, Tx } from './prisma';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { Image };
 
@@ -46,12 +48,12 @@ export class ImageStore {
     return matches.find((m) => m.id === ref) ?? matches.find((m) => m.slug === ref) ?? matches.find((m) => m.name === ref) ?? null;
   }
 
-  async nameOrSlugTaken(accountId: string, name: string, slug: string, tx: Tx | Db = this.db): Promise<boolean> {
-    return (await tx.image.count({ where: { accountId, OR: [{ name }, { slug }] } })) > 0;
+  async nameOrSlugTaken(accountId: string, name: string, slug: string, tx?: Transaction): Promise<boolean> {
+    return (await clientFor(tx, this.db).image.count({ where: { accountId, OR: [{ name }, { slug }] } })) > 0;
   }
 
-  create(tx: Tx, image: NewImage): Promise<Image> {
-    return tx.image.create({
+  create(tx: Transaction, image: NewImage): Promise<Image> {
+    return clientFor(tx).image.create({
       data: {
         ...image,
         components: image.components as Prisma.InputJsonValue,
@@ -63,9 +65,10 @@ export class ImageStore {
   }
 
   /** Deletes it unless an instance of the account still uses it, in the caller's transaction. */
-  async deleteUnlessUsed(tx: Tx, accountId: string, id: string): Promise<'deleted' | 'in_use' | 'missing'> {
-    if ((await tx.instance.count({ where: { accountId, imageId: id } })) > 0) return 'in_use';
-    const { count } = await tx.image.deleteMany({ where: { accountId, id } });
+  async deleteUnlessUsed(tx: Transaction, accountId: string, id: string): Promise<'deleted' | 'in_use' | 'missing'> {
+    const client = clientFor(tx);
+    if ((await client.instance.count({ where: { accountId, imageId: id } })) > 0) return 'in_use';
+    const { count } = await client.image.deleteMany({ where: { accountId, id } });
     return count > 0 ? 'deleted' : 'missing';
   }
 
@@ -75,8 +78,8 @@ export class ImageStore {
   }
 
   /** Build worker: progress of a row it holds; false when the row was deleted meanwhile (it stays deleted). */
-  async recordBuild(id: string, progress: BuildProgress, tx: Tx | Db = this.db): Promise<boolean> {
-    const { count } = await tx.image.updateMany({ where: { id }, data: { ...progress, buildPackages: progress.buildPackages as Prisma.InputJsonValue | undefined } });
+  async recordBuild(id: string, progress: BuildProgress, tx?: Transaction): Promise<boolean> {
+    const { count } = await clientFor(tx, this.db).image.updateMany({ where: { id }, data: { ...progress, buildPackages: progress.buildPackages as Prisma.InputJsonValue | undefined } });
     return count > 0;
   }
 

@@ -1,7 +1,9 @@
 // Instance rows. Every query names the account, except the host-wide ones the background jobs use
 // (reconciliation, expiry), which say so.
-import type { Db, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
 import type { Instance, Prisma } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { Instance };
 export type InstanceUpdate = Prisma.InstanceUncheckedUpdateInput;
@@ -14,12 +16,12 @@ export class InstanceStore {
     return this.db.instance.findMany({ where: { accountId }, orderBy: [{ createdAt: 'desc' }, { id: 'desc' }] });
   }
 
-  findByName(accountId: string, name: string, tx: Tx | Db = this.db): Promise<Instance | null> {
-    return tx.instance.findUnique({ where: { accountId_name: { accountId, name } } });
+  findByName(accountId: string, name: string, tx?: Transaction): Promise<Instance | null> {
+    return clientFor(tx, this.db).instance.findUnique({ where: { accountId_name: { accountId, name } } });
   }
 
-  findById(id: string, tx: Tx | Db = this.db): Promise<Instance | null> {
-    return tx.instance.findUnique({ where: { id } });
+  findById(id: string, tx?: Transaction): Promise<Instance | null> {
+    return clientFor(tx, this.db).instance.findUnique({ where: { id } });
   }
 
   /** The environment setup's background part began; a finished setup is left as it is. */
@@ -31,8 +33,8 @@ export class InstanceStore {
    * What the machine limits count (L02, L03, L04) and GET /v1/status reports: every row (one being
    * deleted still holds its disk); running = driven to run, so a starting machine counts too.
    */
-  async footprint(accountId: string, tx: Tx | Db = this.db): Promise<{ machines: number; runningMachines: number; diskMib: number }> {
-    const rows = await tx.instance.findMany({ where: { accountId }, select: { status: true, desiredState: true, diskMib: true } });
+  async footprint(accountId: string, tx?: Transaction): Promise<{ machines: number; runningMachines: number; diskMib: number }> {
+    const rows = await clientFor(tx, this.db).instance.findMany({ where: { accountId }, select: { status: true, desiredState: true, diskMib: true } });
     return {
       machines: rows.length,
       runningMachines: rows.filter((row) => row.desiredState === 'running').length,
@@ -40,8 +42,8 @@ export class InstanceStore {
     };
   }
 
-  create(tx: Tx, data: Prisma.InstanceUncheckedCreateInput): Promise<Instance> {
-    return tx.instance.create({ data });
+  create(tx: Transaction, data: Prisma.InstanceUncheckedCreateInput): Promise<Instance> {
+    return clientFor(tx).instance.create({ data });
   }
 
   /** Marks a lifecycle operation as running; false when another one already is (K05). */
@@ -53,17 +55,23 @@ export class InstanceStore {
     return count === 1;
   }
 
-  update(tx: Tx | Db, id: string, data: InstanceUpdate): Promise<Instance> {
-    return tx.instance.update({ where: { id }, data });
+  update(id: string, data: InstanceUpdate, tx?: Transaction): Promise<Instance> {
+    return clientFor(tx, this.db).instance.update({ where: { id }, data });
   }
 
-  delete(tx: Tx, id: string): Promise<unknown> {
-    return tx.instance.deleteMany({ where: { id } });
+  delete(tx: Transaction, id: string): Promise<unknown> {
+    return clientFor(tx).instance.deleteMany({ where: { id } });
   }
 
   /** Host-wide: every instance (reconciliation at start). */
   all(): Promise<Instance[]> {
     return this.db.instance.findMany();
+  }
+
+  /** Host-wide: how many instances each status has (the metrics' machines by state). */
+  async countByStatus(): Promise<Record<string, number>> {
+    const groups = await this.db.instance.groupBy({ by: ['status'], _count: { _all: true } });
+    return Object.fromEntries(groups.map((group) => [group.status, group._count._all]));
   }
 
   /** Host-wide: running instances no operation holds (automatic checkpoints pick the due ones). */
@@ -72,8 +80,8 @@ export class InstanceStore {
   }
 
   /** Sets last_checkpoint_at; false when the instance is gone. */
-  async recordCheckpoint(tx: Tx, id: string, at: Date): Promise<boolean> {
-    const { count } = await tx.instance.updateMany({ where: { id }, data: { lastCheckpointAt: at } });
+  async recordCheckpoint(tx: Transaction, id: string, at: Date): Promise<boolean> {
+    const { count } = await clientFor(tx).instance.updateMany({ where: { id }, data: { lastCheckpointAt: at } });
     return count === 1;
   }
 

@@ -1,4 +1,9 @@
-import type { Db, OAuthCode, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { OAuthCode } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { OAuthCode };
 
 export interface NewOAuthCode {
   id: string;
@@ -28,8 +33,8 @@ export class OAuthCodeStore {
   }
 
   /** Marks the code used; false when someone else used it first (single use even under races). */
-  async consume(tx: Tx, id: string, now: Date): Promise<boolean> {
-    const { count } = await tx.oAuthCode.updateMany({ where: { id, usedAt: null }, data: { usedAt: now } });
+  async consume(tx: Transaction, id: string, now: Date): Promise<boolean> {
+    const { count } = await clientFor(tx).oAuthCode.updateMany({ where: { id, usedAt: null }, data: { usedAt: now } });
     return count === 1;
   }
 }

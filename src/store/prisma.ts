@@ -1,17 +1,6 @@
-// The Prisma types the stores share. Stores are the only code that talks to Prisma.
+// The Prisma client types the stores share. Stores are the only code that talks to Prisma; each
+// store exports the row types of its own tables.
 import type { PrismaClient, Prisma } from '../generated/prisma/sqlite/client';
 
 export type Db = PrismaClient;
 export type Tx = Prisma.TransactionClient;
-export type {
-  Account,
-  Session,
-  ApiToken,
-  DeviceKey,
-  OAuthCode,
-  ExportLink,
-  AccountDeletion,
-  Event,
-  DesktopLink,
-  DesktopSession,
-} from '../generated/prisma/sqlite/client';

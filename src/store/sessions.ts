@@ -1,5 +1,11 @@
 // Browser and CLI sign-ins, and the browsers known to an account.
-import type { Account, Db, Session, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { Session } from '../generated/prisma/sqlite/client';
+import type { Account } from './accounts';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { Session };
 
 export type SessionKind = 'browser' | 'cli';
 
@@ -19,8 +25,8 @@ export interface NewSession {
 export class SessionStore {
   constructor(private readonly db: Db) {}
 
-  create(tx: Tx, session: NewSession): Promise<Session> {
-    return tx.session.create({ data: session });
+  create(tx: Transaction, session: NewSession): Promise<Session> {
+    return clientFor(tx).session.create({ data: session });
   }
 
   /** The sign-in, when it is live and its account is not being deleted. */
@@ -48,12 +54,12 @@ export class SessionStore {
   }
 
   /** Ends a live sign-in; an expired one counts as gone already. */
-  revoke(tx: Tx, accountId: string, id: string, now: Date): Promise<{ count: number }> {
-    return tx.session.updateMany({ where: { accountId, id, revokedAt: null, expiresAt: { gt: now } }, data: { revokedAt: now } });
+  revoke(tx: Transaction, accountId: string, id: string, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).session.updateMany({ where: { accountId, id, revokedAt: null, expiresAt: { gt: now } }, data: { revokedAt: now } });
   }
 
-  revokeAll(tx: Tx, accountId: string, now: Date): Promise<{ count: number }> {
-    return tx.session.updateMany({ where: { accountId, revokedAt: null, expiresAt: { gt: now } }, data: { revokedAt: now } });
+  revokeAll(tx: Transaction, accountId: string, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).session.updateMany({ where: { accountId, revokedAt: null, expiresAt: { gt: now } }, data: { revokedAt: now } });
   }
 
   isKnownBrowser(accountId: string, browserHash: string): Promise<boolean> {
@@ -63,12 +69,12 @@ export class SessionStore {
   }
 
   /** Whether the account has any known browser (none before its first browser sign-in). */
-  async hasKnownBrowser(tx: Tx, accountId: string): Promise<boolean> {
-    return (await tx.knownBrowser.findFirst({ where: { accountId }, select: { id: true } })) !== null;
+  async hasKnownBrowser(tx: Transaction, accountId: string): Promise<boolean> {
+    return (await clientFor(tx).knownBrowser.findFirst({ where: { accountId }, select: { id: true } })) !== null;
   }
 
-  rememberBrowser(tx: Tx, id: string, accountId: string, browserHash: string, now: Date): Promise<unknown> {
-    return tx.knownBrowser.upsert({
+  rememberBrowser(tx: Transaction, id: string, accountId: string, browserHash: string, now: Date): Promise<unknown> {
+    return clientFor(tx).knownBrowser.upsert({
       where: { accountId_browserHash: { accountId, browserHash } },
       create: { id, accountId, browserHash, createdAt: now, lastSeenAt: now },
       update: { lastSeenAt: now },

@@ -2,8 +2,10 @@
 // the delivery worker's queries (due deliveries of every account) work by delivery id after that.
 import { webhookBody } from '../domain/webhook-payload';
 import { newId } from '../domain/secrets';
-import type { Prisma, WebhookDelivery, WebhookEndpoint } from '../generated/prisma/sqlite/client';
-import type { Db, Event, Tx } from './prisma';
+import type { Transaction } from '../domain/transactions';
+import type { Event, Prisma, WebhookDelivery, WebhookEndpoint } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
 
 export type { WebhookDelivery, WebhookEndpoint };
 
@@ -57,15 +59,16 @@ function subscribes(endpoint: { events: unknown }, type: string): boolean {
  * subscribes to the event's type (one query on the account's endpoints, at most a handful), in the
  * event's transaction. Pending deliveries with no next_attempt_at are due at once.
  */
-export async function queueWebhookDeliveries(tx: Tx, event: Event, test?: TestDelivery): Promise<void> {
-  const endpoints = await tx.webhookEndpoint.findMany({
+export async function queueWebhookDeliveries(tx: Transaction, event: Event, test?: TestDelivery): Promise<void> {
+  const client = clientFor(tx);
+  const endpoints = await client.webhookEndpoint.findMany({
     where: test ? { accountId: event.accountId, id: test.endpointId } : { accountId: event.accountId, enabled: true },
     select: { id: true, events: true },
   });
   const targets = test ? endpoints : endpoints.filter((endpoint) => subscribes(endpoint, event.type));
   if (targets.length === 0) return;
   const body = webhookBody(event);
-  await tx.webhookDelivery.createMany({
+  await client.webhookDelivery.createMany({
     data: targets.map((endpoint) => ({
       id: newId(),
       accountId: event.accountId,
@@ -95,44 +98,45 @@ export class WebhookStore {
     return this.db.webhookEndpoint.findMany({ where: { accountId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] });
   }
 
-  count(accountId: string, tx: Tx | Db = this.db): Promise<number> {
-    return tx.webhookEndpoint.count({ where: { accountId } });
+  count(accountId: string, tx?: Transaction): Promise<number> {
+    return clientFor(tx, this.db).webhookEndpoint.count({ where: { accountId } });
   }
 
-  find(accountId: string, id: string, tx: Tx | Db = this.db): Promise<WebhookEndpoint | null> {
-    return tx.webhookEndpoint.findFirst({ where: { accountId, id } });
+  find(accountId: string, id: string, tx?: Transaction): Promise<WebhookEndpoint | null> {
+    return clientFor(tx, this.db).webhookEndpoint.findFirst({ where: { accountId, id } });
   }
 
-  create(tx: Tx, endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
-    return tx.webhookEndpoint.create({ data: { ...endpoint, updatedAt: endpoint.createdAt } });
+  create(tx: Transaction, endpoint: NewWebhookEndpoint): Promise<WebhookEndpoint> {
+    return clientFor(tx).webhookEndpoint.create({ data: { ...endpoint, updatedAt: endpoint.createdAt } });
   }
 
-  async update(tx: Tx, accountId: string, id: string, changes: EndpointChanges): Promise<WebhookEndpoint | null> {
-    const { count } = await tx.webhookEndpoint.updateMany({ where: { accountId, id }, data: changes });
+  async update(tx: Transaction, accountId: string, id: string, changes: EndpointChanges): Promise<WebhookEndpoint | null> {
+    const { count } = await clientFor(tx).webhookEndpoint.updateMany({ where: { accountId, id }, data: changes });
     return count === 1 ? this.find(accountId, id, tx) : null;
   }
 
   /** Deletes the endpoint; its deliveries go with it (cascade). */
-  async delete(tx: Tx, accountId: string, id: string): Promise<boolean> {
-    const { count } = await tx.webhookEndpoint.deleteMany({ where: { accountId, id } });
+  async delete(tx: Transaction, accountId: string, id: string): Promise<boolean> {
+    const { count } = await clientFor(tx).webhookEndpoint.deleteMany({ where: { accountId, id } });
     return count === 1;
   }
 
   /** Gives up the endpoint's open deliveries (it was disabled). */
-  stopOpenDeliveries(tx: Tx, endpointId: string, error: string, now: Date): Promise<{ count: number }> {
-    return tx.webhookDelivery.updateMany({
+  stopOpenDeliveries(tx: Transaction, endpointId: string, error: string, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).webhookDelivery.updateMany({
       where: { endpointId, state: { in: OPEN_STATES } },
       data: { state: 'failed', nextAttemptAt: null, error, updatedAt: now },
     });
   }
 
   /** After a failed attempt: the endpoint's health; returns it (null when it was deleted meanwhile). Successes: recordSuccess. */
-  async recordFailure(tx: Tx, endpointId: string, now: Date): Promise<WebhookEndpoint | null> {
-    const { count } = await tx.webhookEndpoint.updateMany({
+  async recordFailure(tx: Transaction, endpointId: string, now: Date): Promise<WebhookEndpoint | null> {
+    const client = clientFor(tx);
+    const { count } = await client.webhookEndpoint.updateMany({
       where: { id: endpointId },
       data: { lastDeliveryAt: now, consecutiveFailures: { increment: 1 } },
     });
-    return count === 1 ? tx.webhookEndpoint.findUnique({ where: { id: endpointId } }) : null;
+    return count === 1 ? client.webhookEndpoint.findUnique({ where: { id: endpointId } }) : null;
   }
 
   // ---- deliveries ----
@@ -146,8 +150,8 @@ export class WebhookStore {
     });
   }
 
-  findDeliveryOf(tx: Tx, endpointId: string, eventSequence: bigint): Promise<WebhookDelivery | null> {
-    return tx.webhookDelivery.findFirst({ where: { endpointId, eventSequence } });
+  findDeliveryOf(tx: Transaction, endpointId: string, eventSequence: bigint): Promise<WebhookDelivery | null> {
+    return clientFor(tx).webhookDelivery.findFirst({ where: { endpointId, eventSequence } });
   }
 
   findDelivery(id: string): Promise<DeliveryWithEndpoint | null> {
@@ -192,8 +196,8 @@ export class WebhookStore {
   }
 
   /** Records an attempt of a delivery claimed at `claimedAttempt`; false when it is gone or another worker recorded first. */
-  async recordAttempt(tx: Tx, id: string, claimedAttempt: number, record: AttemptRecord): Promise<boolean> {
-    const { count } = await tx.webhookDelivery.updateMany({ where: { id, attempt: claimedAttempt, state: { in: OPEN_STATES } }, data: record });
+  async recordAttempt(tx: Transaction, id: string, claimedAttempt: number, record: AttemptRecord): Promise<boolean> {
+    const { count } = await clientFor(tx).webhookDelivery.updateMany({ where: { id, attempt: claimedAttempt, state: { in: OPEN_STATES } }, data: record });
     return count === 1;
   }
 

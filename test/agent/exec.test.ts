@@ -177,9 +177,18 @@ test('a command whose start answer came too late is stopped, not left blocked', 
           return false;
         }
       });
-  const error = await client.exec({ argv: ['sleep', token] }, { timeoutMs: 1 }).catch((e: unknown) => e);
-  expect((error as AgentCallError).code).toBe('timeout');
-  // The late answer makes the client close the channel; the agent then stops the command.
+  // The agent is stopped while the call waits, so its answer comes after the deadline for certain.
+  process.kill(agent.pid, 'SIGSTOP');
+  try {
+    const error = await client.exec({ argv: ['sleep', token] }, { timeoutMs: 200 }).catch((e: unknown) => e);
+    expect((error as AgentCallError).code).toBe('timeout');
+  } finally {
+    process.kill(agent.pid, 'SIGCONT');
+  }
+  // The agent takes requests in order: once a later one is answered, the late command was started
+  // and its answer came back. The client then closes its channel and the agent stops the command
+  // (one left running would be up well within the pause below).
+  expect((await client.run({ argv: ['true'] })).exit_code).toBe(0);
   await sleep(300);
   await eventually(() => !running(), 5000, 'the orphaned command to be stopped');
 });

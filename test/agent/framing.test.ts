@@ -26,7 +26,7 @@ import {
   SYNC_PATTERN,
   SyncPhase,
   syncSafeLength,
-} from '../../src/compute/agent-protocol';
+} from '../../src/protocol/agent';
 
 /** KISTE_FUZZ_SCALE=50 for a deeper run. */
 const SCALE = Number(process.env.KISTE_FUZZ_SCALE ?? 1);

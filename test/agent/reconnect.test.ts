@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AgentCallError, AgentClient, ExecHandle } from '../../src/compute/agent-client';
-import { encodeFrame, encodeJson, encodeOutputHead, FrameKind } from '../../src/compute/agent-protocol';
+import { encodeFrame, encodeJson, encodeOutputHead, FrameKind } from '../../src/protocol/agent';
 import { AgentProcess, eventually, FakeQemu, processGone, sleep } from './harness';
 
 jest.setTimeout(60_000);

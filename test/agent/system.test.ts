@@ -10,7 +10,7 @@ import * as os from 'node:os';
 import { join } from 'node:path';
 import { AgentCallError, AgentClient } from '../../src/compute/agent-client';
 import { generateHostKeys } from '../../src/compute/ssh-host-keys';
-import type { MetricsResult } from '../../src/compute/agent-protocol';
+import type { MetricsResult } from '../../src/protocol/agent';
 import { responseValidator } from '../../src/http/validation';
 import { AgentProcess, eventually, freePort } from './harness';
 
@@ -256,7 +256,7 @@ describe('with the real /proc', () => {
 
   test('requests before hello are refused', async () => {
     // A raw connection that skips hello: SYNC, then a request.
-    const { encodeJson, encodeSync, FrameDecoder, FrameKind, SyncPhase, decodeJson } = await import('../../src/compute/agent-protocol');
+    const { encodeJson, encodeSync, FrameDecoder, FrameKind, SyncPhase, decodeJson } = await import('../../src/protocol/agent');
     client.close(); // one host at a time: keep the client from taking the socket back meanwhile
     const socket = net.createConnection(agent.socketPath);
     const answers: unknown[] = [];

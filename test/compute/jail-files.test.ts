@@ -93,8 +93,10 @@ describe('the jail and the files a machine could have written', () => {
     const jail = testJail(dataDir, imagesDir);
     expect(await jail.problem()).toBeNull();
     const user = await jail.admit('m');
-    const launch = await jail.beforeStart('m', { vcpu: 1, memoryMib: 64 });
-    expect(launch('qemu-system-x86_64', ['-name', 'kiste-m']).args).toEqual(expect.arrayContaining(['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', '--no-new-privs', 'qemu-system-x86_64', '-name', 'kiste-m']));
+    const launch = await jail.beforeStart('m', { vcpu: 1, memoryMib: 64 }, { layers: [], readOnly: [] });
+    const argv = launch('qemu-system-x86_64', ['-name', 'kiste-m']).args;
+    expect(argv).toEqual(expect.arrayContaining(['unshare', '--mount', '--user', String(user.uid), String(user.gid)]));
+    expect(argv.slice(-3)).toEqual(['qemu-system-x86_64', '-name', 'kiste-m']);
     const run = join(dataDir, 'machines', 'm', 'run');
     expect(lstatSync(run).uid).toBe(user.uid);
     // what QEMU makes, and what a taken-over one could plant meanwhile

@@ -1,10 +1,11 @@
 // The console's account pages in real Chromium, against a listening service: API keys (value shown
 // once, works, revoke ends it), webhooks (secret shown once), alerts (acknowledge), events (the
 // newest shown, a new one arrives live), sign-ins (this browser marked), account export, device
-// keys (how to add one with the CLI). Screenshots of each page; no page errors.
+// keys (how to add one with the CLI); the home page's notice while machines cannot start (why, and
+// gone once they can). Screenshots of each page; no page errors.
 import { readFileSync } from 'node:fs';
 import type { Page } from 'playwright-core';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { screenshot } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';
 import { bearer, cliTokenFor, createAccount } from '../support/harness';
@@ -105,5 +106,31 @@ describe('console account pages', () => {
     const exported = JSON.parse(readFileSync((await download.path())!, 'utf8'));
     expect(JSON.stringify(exported)).toContain(account.email);
     await screenshot(page, 'account');
+  });
+
+  test('home: while machines cannot start it says why and what to do, and the notice goes once they can', async () => {
+    const host = rig.t.services.machineHost;
+    const jail = jest.spyOn(host, 'isolationProblem').mockResolvedValue({ reason: 'setfacl is not installed', hint: 'Install it: apt-get install acl' });
+    try {
+      await nav('Machines').click();
+      const notice = page.getByRole('status').filter({ has: page.getByRole('heading', { name: 'New machines cannot start on this server.' }) });
+      await notice.getByText('This server cannot run machines isolated from the host: setfacl is not installed.').waitFor();
+      await notice.getByText('Install it: apt-get install acl').waitFor();
+      await screenshot(page, 'machines-unavailable');
+    } finally {
+      jail.mockRestore();
+    }
+    // This service has no image: the notice follows its build, and goes when it is ready (the page
+    // asks again by itself: a build raises no account event).
+    await page.reload();
+    const building = page.getByRole('heading', { name: 'New machines can start once the machine image is built.' });
+    await building.waitFor();
+    await screenshot(page, 'machines-image-building');
+    const image = jest.spyOn(host, 'currentImage').mockReturnValue({ profile: rig.t.config.imageProfile, version: 'v2026.01.01-0123abcd', artifactKey: 'k' });
+    try {
+      await building.waitFor({ state: 'detached', timeout: 20_000 });
+    } finally {
+      image.mockRestore();
+    }
   });
 });

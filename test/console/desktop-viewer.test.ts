@@ -7,7 +7,7 @@
 // memory and a resume the same tab reconnects by itself. A signed-out browser with the link is sent to
 // sign in and then lands on the desktop; another account's browser sees nothing. Screenshots of each.
 import type { Page } from 'playwright-core';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { SshKeyFactory } from '../fixtures/account-access';
 import { screenshot, watchedPage } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';

@@ -8,7 +8,7 @@
 // environment (a real guest: its setup steps and output on the Setup tab); deleting the image
 // refused with K21 while the machine uses it, then deleted. Screenshots of each page; no page errors.
 import type { Page } from 'playwright-core';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { SshKeyFactory } from '../fixtures/account-access';
 import { screenshot } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';

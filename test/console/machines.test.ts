@@ -3,7 +3,7 @@
 // without a reload; a command typed into the terminal changes the guest (checked with exec); the
 // home page lists the machine with the account's usage. Screenshots of each; no page errors.
 import type { Page } from 'playwright-core';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { SshKeyFactory } from '../fixtures/account-access';
 import { screenshot } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';

@@ -5,7 +5,7 @@ import { ManualClock, SshKeyFactory } from '../fixtures/account-access';
 import {
   bearer, browserFor, cliTokenFor, createAccount, startTestService, TEST_PASSWORD, TestService,
 } from '../support/harness';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 
 const NOWHERE = '00000000-0000-4000-8000-000000000000';
 

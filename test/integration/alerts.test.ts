@@ -11,7 +11,8 @@ import { SmtpMailSender } from '../../src/mail/mail-sender';
 import { AlertStore } from '../../src/store/alerts';
 import { ApiTokenStore } from '../../src/store/api-tokens';
 import { InstanceStore } from '../../src/store/instances';
-import type { Account } from '../../src/store/prisma';
+import { PrismaTransactions } from '../../src/store/transactions';
+import type { Account } from '../../src/store/accounts';
 import { machineFiles } from '../../src/compute/qemu/machine-files';
 import { AgentProcess } from '../agent/harness';
 import { apiKeyFor, bearer, browserFor, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
@@ -441,7 +442,7 @@ describe('disk_almost_full (background check over a real guest agent)', () => {
 
     // Thresholds below the real usage make the occurrence certain.
     const db = t.services.database.prisma;
-    const checks = new AlertChecks(db, { alerts: new AlertStore(db), instances: new InstanceStore(db), apiTokens: new ApiTokenStore(db) },
+    const checks = new AlertChecks(new PrismaTransactions(db), { alerts: new AlertStore(db), instances: new InstanceStore(db), apiTokens: new ApiTokenStore(db) },
       t.services.machineHost, t.services.clock, { warn() {} }, { fullPercent: Math.max(0, Math.floor(percent) - 1), clearPercent: 0 });
     expect(await checks.disksAlmostFull()).toBe(1);
     const [alert] = await alertsOf(t, key);
@@ -460,7 +461,7 @@ describe('disk_almost_full (background check over a real guest agent)', () => {
 
     // a new process (a service restart) knows no occurrence: an acknowledgement of less than a day
     // ago stands for it; an older one does not, and the full disk raises a new alert
-    const restarted = () => new AlertChecks(db, { alerts: new AlertStore(db), instances: new InstanceStore(db), apiTokens: new ApiTokenStore(db) },
+    const restarted = () => new AlertChecks(new PrismaTransactions(db), { alerts: new AlertStore(db), instances: new InstanceStore(db), apiTokens: new ApiTokenStore(db) },
       t.services.machineHost, t.services.clock, { warn() {} }, { fullPercent: Math.max(0, Math.floor(percent) - 1), clearPercent: 0 });
     expect(await restarted().disksAlmostFull()).toBe(0);
     await db.alert.update({ where: { id: alert!.id }, data: { acknowledgedAt: new Date(Date.now() - 2 * 86400_000) } });

@@ -2,7 +2,7 @@
 // revocation at once, last use, and which credentials may create them.
 import { allStrings, ManualClock } from '../fixtures/account-access';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 
 const YEAR_SECONDS = 31536000;
 

@@ -1,7 +1,7 @@
 // Console sign-in: POST /v1/auth/login (cookies, failures, the lock on unknown browsers and
 // POST /v1/auth/unlock), CSRF on browser sessions, GET /v1/auth/session and open sign-up.
 import type { Clock } from '../../src/domain/clock';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import {
   apiKeyFor,
   bearer,
@@ -124,15 +124,15 @@ describe('POST /v1/auth/login', () => {
     expect(second.csrf).not.toBe(first.csrf);
   });
 
-  it('marks cookies Secure when KISTE_BASE_URL is https', async () => {
+  it('marks cookies Secure (and __Host-) when KISTE_BASE_URL is https', async () => {
     const secure = await startTestService({ env: { KISTE_BASE_URL: 'https://kiste.example.com' } });
     try {
       const account = await createAccount(secure);
       const res = await login(secure, account.email, TEST_PASSWORD).expect(200);
-      expect(parsedSetCookie(res, 'kiste_session').attributes.has('secure')).toBe(true);
-      expect(parsedSetCookie(res, 'kiste_browser').attributes.has('secure')).toBe(true);
-      expect(parsedSetCookie(res, 'kiste_session').attributes.has('httponly')).toBe(true);
-      expect(parsedSetCookie(res, 'kiste_session').attributes.get('samesite')).toBe('Lax');
+      expect(parsedSetCookie(res, '__Host-kiste_session').attributes.has('secure')).toBe(true);
+      expect(parsedSetCookie(res, '__Host-kiste_browser').attributes.has('secure')).toBe(true);
+      expect(parsedSetCookie(res, '__Host-kiste_session').attributes.has('httponly')).toBe(true);
+      expect(parsedSetCookie(res, '__Host-kiste_session').attributes.get('samesite')).toBe('Lax');
     } finally {
       await secure.close();
     }

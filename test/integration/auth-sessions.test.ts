@@ -2,7 +2,7 @@
 // POST /v1/sessions/revoke-all, POST /v1/auth/logout, and which credential kind may do what.
 import { generateKeyPairSync } from 'node:crypto';
 import type { Clock } from '../../src/domain/clock';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import {
   apiKeyFor,
   bearer,

@@ -10,7 +10,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import request, { type Response } from 'supertest';
 import spec from '../../src/generated/openapi.json';
 import { OPERATIONS, OperationMeta } from '../../src/generated/operations';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { checkContract } from '../support/contract';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
 

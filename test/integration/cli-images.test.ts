@@ -11,7 +11,7 @@ import { createServer, Server } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { insertInstance, TEST_SSH_KEY } from '../support/instance-rows';
 import { apiKeyFor, createAccount, startTestService, TestService } from '../support/harness';
@@ -21,6 +21,7 @@ jest.setTimeout(600_000);
 
 /** What Images asks of its layer builder (its private `builder`), replaced here by a fake. */
 interface FakeBuilder {
+  reserve(accountId: string): { release(): void };
   build(image: { id: string; buildPackages: unknown }): void;
 }
 
@@ -202,6 +203,7 @@ describe('kiste images, envs, setup', () => {
     const prisma = t.services.database.prisma;
     const builds: Promise<void>[] = [];
     const builder: FakeBuilder = {
+      reserve: () => ({ release() {} }),
       build(image) {
         const fails = (image.buildPackages as string[]).includes('no-such-package');
         builds.push((async () => {

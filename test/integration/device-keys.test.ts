@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { blobLine, blobOf, SshKey, SshKeyFactory, sshKeygenSupportsDsa, sshString } from '../fixtures/account-access';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 
 describe('device keys', () => {
   let t: TestService;

@@ -7,7 +7,8 @@ import type { GuestAgent } from '../../src/compute/guest-agent';
 import { systemClock } from '../../src/domain/clock';
 import { InstanceSetupStore } from '../../src/store/instance-setups';
 import { InstanceStore } from '../../src/store/instances';
-import type { Account } from '../../src/store/prisma';
+import { PrismaTransactions } from '../../src/store/transactions';
+import type { Account } from '../../src/store/accounts';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 import { insertInstance } from '../support/instance-rows';
 
@@ -29,7 +30,7 @@ describe('environment setup of a machine that did not start', () => {
     const row = await insertInstance(t, account, 'broken', 'failed', { environmentVersionId: environment.versionId, setupStatus: 'pending', errorMessage: 'QEMU exited' });
     const db = t.services.database.prisma;
     const agentAsked: string[] = [];
-    const setup = new EnvironmentSetup(db, { instances: new InstanceStore(db), setups: new InstanceSetupStore(db) }, (id) => {
+    const setup = new EnvironmentSetup(new PrismaTransactions(db), { instances: new InstanceStore(db), setups: new InstanceSetupStore(db) }, (id) => {
       agentAsked.push(id);
       return {} as GuestAgent;
     }, systemClock, { warn() {} });

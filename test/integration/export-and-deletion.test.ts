@@ -6,7 +6,7 @@ import {
 } from '../support/harness';
 import { createServices, Services } from '../../src/services';
 import type { DeletionSteps } from '../../src/domain/account-deletion';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 
 /** Path and query of a URL the service answered, to request it through the contract-checked api. */
 function pathOf(url: string): string {

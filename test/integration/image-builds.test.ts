@@ -1,13 +1,17 @@
 // The build queue of derived layers, with the machine host's part stood in for (a real builder is
 // booted by test/machines/image-layers.test.ts): one builder at a time, queued images show it, an
-// image deleted while it waits boots no builder, and the outcome lands on the row with its event.
+// image deleted while it waits boots no builder, and the outcome lands on the row with its event;
+// accounts take turns in the queue, and an account's builds queued or running are capped (409 L11)
+// also when its creates arrive at once.
 import { randomUUID } from 'node:crypto';
 import type { BuiltLayer, LayerBuildRequest } from '../../src/compute/layer-builder';
 import { systemClock } from '../../src/domain/clock';
-import { ImageBuilds } from '../../src/domain/image-builds';
+import { IMAGE_BUILDS_PER_ACCOUNT, ImageBuilds } from '../../src/domain/image-builds';
+import { KisteError } from '../../src/errors';
 import { Images } from '../../src/domain/images';
 import { ImageStore } from '../../src/store/images';
-import type { Account } from '../../src/store/prisma';
+import { PrismaTransactions } from '../../src/store/transactions';
+import type { Account } from '../../src/store/accounts';
 import { createAccount, startTestService, TestService } from '../support/harness';
 
 describe('derived layer build queue', () => {
@@ -33,7 +37,7 @@ describe('derived layer build queue', () => {
     const requests: LayerBuildRequest[] = [];
     let release!: () => void;
     const firstMayFinish = new Promise<void>((resolve) => (release = resolve));
-    const builds = new ImageBuilds(t.services.database.prisma, new ImageStore(t.services.database.prisma), {
+    const builds = new ImageBuilds(new PrismaTransactions(t.services.database.prisma), new ImageStore(t.services.database.prisma), {
       profile: 'minimal',
       diskMib: () => 704,
       async buildLayer(request): Promise<BuiltLayer> {
@@ -65,7 +69,7 @@ describe('derived layer build queue', () => {
     const warnings: object[] = [];
     const db = t.services.database.prisma;
     const store = new ImageStore(db);
-    const builds = new ImageBuilds(db, store, {
+    const builds = new ImageBuilds(new PrismaTransactions(db), store, {
       profile: 'minimal',
       diskMib: () => 704,
       buildLayer(request): Promise<BuiltLayer> {
@@ -75,7 +79,7 @@ describe('derived layer build queue', () => {
         return new Promise((_, reject) => request.signal!.addEventListener('abort', () => reject(new Error('the build was cancelled'))));
       },
     }, systemClock, { warn: (object) => warnings.push(object) });
-    const images = new Images(db, store, { currentImage: () => null, manifest: () => null }, builds, systemClock);
+    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => null, manifest: () => null }, builds, systemClock);
     const [doomed, after] = [await buildingImage('doomed'), await buildingImage('after')];
     builds.build(doomed);
     builds.build(after);
@@ -91,5 +95,87 @@ describe('derived layer build queue', () => {
     const events = await db.event.findMany({ where: { accountId: account.id, resourceId: { in: [doomed.id, after.id] } }, orderBy: { sequence: 'asc' } });
     expect(events.map((e) => [e.type, e.resourceId])).toEqual([['image.deleted', doomed.id], ['image.built', after.id]]);
     expect(warnings).toEqual([]); // a cancel is no failure
+  });
+
+  /** A layer host whose builds finish only when the test lets them (`finish(key)`); builds started in order. */
+  function gatedHost() {
+    const started: string[] = [];
+    const gates = new Map<string, () => void>();
+    const host = {
+      profile: 'minimal' as const,
+      diskMib: () => 704,
+      async buildLayer(request: LayerBuildRequest): Promise<BuiltLayer> {
+        started.push(request.key);
+        await new Promise<void>((resolve) => gates.set(request.key, resolve));
+        return { disk: '/nowhere/disk.qcow2', packages: request.packages, virtualBytes: 1 };
+      },
+    };
+    const finish = async (key: string) => {
+      while (!gates.has(key)) await new Promise((resolve) => setTimeout(resolve, 10));
+      gates.get(key)!();
+    };
+    return { host, started, finish };
+  }
+
+  it('takes accounts in turn: one account\'s queued builds hold back another\'s by at most one of theirs', async () => {
+    const db = t.services.database.prisma;
+    const other = await createAccount(t);
+    const { host, started, finish } = gatedHost();
+    const builds = new ImageBuilds(new PrismaTransactions(db), new ImageStore(db), host, systemClock, { warn() {} }, 10);
+    const mine = await Promise.all(['f1', 'f2', 'f3', 'f4', 'f5'].map((name) => buildingImage(name)));
+    for (const image of mine) builds.build(image, builds.reserve(account.id));
+    const theirs = { ...(await buildingImage('g1')), accountId: other.id };
+    builds.build(theirs, builds.reserve(other.id));
+    for (const key of ['key-f1', 'key-f2', 'key-g1', 'key-f3', 'key-f4', 'key-f5']) await finish(key);
+    await builds.settled();
+    expect(started).toEqual(['key-f1', 'key-f2', 'key-g1', 'key-f3', 'key-f4', 'key-f5']);
+    expect(builds.count(account.id)).toBe(0);
+  });
+
+  it(`caps an account at ${IMAGE_BUILDS_PER_ACCOUNT} builds queued or running, also for creates at once; a cancelled or finished build frees its place`, async () => {
+    const db = t.services.database.prisma;
+    const store = new ImageStore(db);
+    const { host, started, finish } = gatedHost();
+    const builds = new ImageBuilds(new PrismaTransactions(db), store, host, systemClock, { warn() {} });
+    const served = { profile: 'minimal' as const, version: 'v2026.01.01-00000000', artifactKey: 'base-key' };
+    const manifest = { packages: [], package_sizes_kib: {}, sizes: { disk_virtual: 704 * 1048576, rootfs_used: 300 * 1048576 } };
+    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => served, manifest: () => manifest as never }, builds, systemClock);
+    const capped = await createAccount(t);
+    const create = (name: string) => images.create(capped.id, name, { components: [{ id: `deb:${name}`, version: 'latest' }] });
+
+    const outcomes = await Promise.allSettled(Array.from({ length: 10 }, (_, n) => create(`pkg${n}`)));
+    const made = outcomes.flatMap((o) => (o.status === 'fulfilled' ? [o.value] : []));
+    const refused = outcomes.flatMap((o) => (o.status === 'rejected' ? [o.reason as KisteError] : []));
+    expect(made).toHaveLength(IMAGE_BUILDS_PER_ACCOUNT);
+    expect(refused.map((e) => e.code)).toEqual(Array(10 - IMAGE_BUILDS_PER_ACCOUNT).fill('L11'));
+    expect(await db.image.count({ where: { accountId: capped.id } })).toBe(IMAGE_BUILDS_PER_ACCOUNT); // refused ones made no image
+    // Ready-at-once images (no packages outside the served image) are no builds and not capped.
+    await expect(images.create(capped.id, 'plain', { components: [] })).resolves.toMatchObject({ status: 'ready' });
+
+    // A queued build that is deleted leaves the queue and frees its place at once. Which of the
+    // creates made at once runs (one build at a time) is whichever reached the queue first.
+    while (started.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    const running = made.find((image) => image.artifactKey === started[0])!;
+    expect(running).toBeDefined();
+    const queued = made.find((image) => image.id !== running.id)!;
+    await images.delete(capped.id, queued.id);
+    expect(builds.count(capped.id)).toBe(IMAGE_BUILDS_PER_ACCOUNT - 1);
+    await create('pkg-next');
+    await expect(create('pkg-over')).rejects.toMatchObject({ code: 'L11' });
+    // A name taken gives its place back too.
+    await finish(running.artifactKey);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await expect(create('pkg-next')).rejects.toMatchObject({ code: 'K28' });
+    await expect(create('pkg-after')).resolves.toMatchObject({ status: 'building' });
+    // The rest, in the order the builder takes them (one at a time; the creates at once reached the
+    // queue in no set order), until none is left.
+    for (let taken = 1; builds.count(capped.id) > 0; taken++) {
+      while (started.length <= taken && builds.count(capped.id) > 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      if (started.length > taken) await finish(started[taken]!);
+    }
+    expect(started).not.toContain(queued.artifactKey);
+    expect(started).toHaveLength(IMAGE_BUILDS_PER_ACCOUNT + 1); // made less the deleted one, next and pkg-after
+    await builds.settled();
+    expect(builds.count(capped.id)).toBe(0);
   });
 });

@@ -3,7 +3,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import request from 'supertest';
 import type { Clock } from '../../src/domain/clock';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TestService } from '../support/harness';
 import { ManualClock } from '../support/manual-clock';
 

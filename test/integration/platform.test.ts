@@ -34,6 +34,13 @@ describe('platform', () => {
     clock.set(new Date(Math.floor(Date.now() / 60_000) * 60_000 + 5_000)); // 5 s into a minute
     t = await startTestService({ clock });
   });
+  beforeEach(() => {
+    // A host that can start machines (the real jail and image builds are the machine tests' subject):
+    // each test below that is about machines being unavailable says how.
+    jest.spyOn(t.services.machineHost, 'isolationProblem').mockResolvedValue(null);
+    jest.spyOn(t.services.machineHost, 'currentImage').mockReturnValue({ profile: 'minimal', version: 'v2026.01.01-0123abcd', artifactKey: 'k' });
+  });
+  afterEach(() => jest.restoreAllMocks());
   afterAll(async () => {
     keys.cleanup();
     await t.close();
@@ -69,6 +76,7 @@ describe('platform', () => {
         components: [
           { name: 'api', status: 'operational' },
           { name: 'database', status: 'operational' },
+          { name: 'machines', status: 'operational' },
         ],
         uptime_7d_percent: 100,
         incidents: [],
@@ -219,6 +227,7 @@ describe('platform', () => {
 
       const first = await status();
       expect(first).toMatchObject({ object: 'status', status: 'ok', version: t.config.version });
+      expect(first.machines).toEqual({ available: true, cause: null, reason: null, hint: null });
       expect(first.limits).toMatchObject({ api_tokens: 10, device_keys: t.services.limits.deviceKeys, webhooks: 10, ssh_tunnels: 32, metrics_per_minute: 40 });
       expect(first.limits.requests_per_minute).toBe(t.config.requestsPerMinute);
       expect(first.usage).toEqual({ machines: 0, running_machines: 0, disk_mib: 0, api_tokens: 0, device_keys: 0, webhooks: 0, ssh_tunnels: 0 });
@@ -242,6 +251,38 @@ describe('platform', () => {
       expect((await status()).usage).toMatchObject({ api_tokens: 0, device_keys: 1 });
       const apiKey = await apiKeyFor(t, account);
       expect((await t.api.get('/v1/status').set(bearer(apiKey)).expect(200)).body.usage).toMatchObject({ api_tokens: 1, device_keys: 1 });
+    });
+
+    it('says while machines cannot start, and why: image being built or failed, host that cannot jail them', async () => {
+      const cli = await cliTokenFor(t, await createAccount(t));
+      const status = async () => (await t.api.get('/v1/status').set(bearer(cli)).expect(200)).body;
+      const machinesComponent = async () => {
+        const body = (await t.api.get('/status.json').expect(200)).body;
+        return { status: body.status, machines: body.components.find((c: { name: string }) => c.name === 'machines').status };
+      };
+      const currentImage = jest.spyOn(t.services.machineHost, 'currentImage').mockReturnValue(null);
+
+      t.services.machineHost.setBuildState(t.config.imageProfile, { state: 'building', step: '2/7 root filesystem — installing essential packages: packages 30 of 69 unpacked', error: null });
+      expect(await status()).toMatchObject({
+        status: 'degraded',
+        machines: { available: false, cause: 'image_building', reason: 'The machine image is still being built (step 2/7 root filesystem — installing essential packages: packages 30 of 69 unpacked)', hint: ERRORS.K06.hint },
+      });
+      expect(await machinesComponent()).toEqual({ status: 'degraded', machines: 'degraded' });
+
+      t.services.machineHost.setBuildState(t.config.imageProfile, { state: 'failed', step: null, error: 'mmdebstrap exited with 1' });
+      expect((await status()).machines).toMatchObject({ available: false, cause: 'image_failed', reason: 'The machine image could not be built: mmdebstrap exited with 1' });
+      expect(await machinesComponent()).toEqual({ status: 'degraded', machines: 'outage' });
+
+      // The host comes first: without a jail no image would help (and a start answers K09, not K06).
+      jest.spyOn(t.services.machineHost, 'isolationProblem').mockResolvedValue({ reason: 'setfacl is not installed', hint: 'Install it: apt-get install acl' });
+      expect((await status()).machines).toEqual({
+        available: false,
+        cause: 'isolation',
+        reason: 'This server cannot run machines isolated from the host: setfacl is not installed',
+        hint: 'Install it: apt-get install acl',
+      });
+      expect(await machinesComponent()).toEqual({ status: 'degraded', machines: 'outage' });
+      currentImage.mockRestore();
     });
 
     it('counts machines as the machine limits do: every one, running = driven to run, disk summed', async () => {

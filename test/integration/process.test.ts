@@ -1,11 +1,14 @@
 // The service as a process: started from source with tsx (no build), on a free loopback port and a
-// fresh data dir / database. First-account bootstrap, clean SIGTERM shutdown, survival of kill -9,
-// and the refusal of plain HTTP on a non-loopback address.
+// fresh data dir / database. First-account bootstrap, clean SIGTERM shutdown (leaving no helper
+// process: the watch of the machines' network rules runs from start and ends with it), survival of
+// kill -9, and the refusal of plain HTTP on a non-loopback address.
 import { Agent } from 'node:http';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import request from 'supertest';
 import { openDatabase } from '../../src/db/database';
+import { pollUntil } from '../../src/compute/qemu/wait';
+import { childrenNamed, processLive } from '../support/child-processes';
 import { checkContract } from '../support/contract';
 import { freshDatabaseUrl, FreshDatabase } from '../support/database';
 import { freePort, ServiceProcess } from '../support/service-process';
@@ -100,6 +103,8 @@ describe('the service process', () => {
     const service = start();
     await service.listening();
     const agent = new Agent({ keepAlive: true });
+    const monitors = childrenNamed(service.child.pid!, 'nft'); // `nft monitor`, watching the machines' network rules
+    expect(monitors.length).toBeGreaterThanOrEqual(1);
     try {
       await request(url).get('/healthz').agent(agent).expect(checkContract).expect(200);
       expect(agent.freeSockets && Object.keys(agent.freeSockets).length).toBeGreaterThan(0);
@@ -112,6 +117,7 @@ describe('the service process', () => {
     }
     expect(service.output).toMatch(/"signal":"SIGTERM"[^\n]*"msg":"shutting down"/);
     expect(service.output).not.toMatch(/shutdown (failed|took longer)/);
+    expect(await pollUntil(() => (monitors.some(processLive) ? undefined : true), 3000)).toBe(true);
     // the port is free again
     const again = await new Promise<boolean>((resolve) => {
       const probe = createServer();

@@ -21,6 +21,7 @@ import type { Resolver } from '../../src/domain/webhook-target';
 import { createApp } from '../../src/http/app';
 import { createServices, type Services } from '../../src/services';
 import { appendEvent } from '../../src/store/events';
+import { PrismaTransactions } from '../../src/store/transactions';
 import { sendWebhook } from '../../src/webhooks/sender';
 import { checkContract } from '../support/contract';
 import { freshDatabaseUrl, type FreshDatabase } from '../support/database';
@@ -414,11 +415,11 @@ describe('webhook deliveries', () => {
 
   it('makes no delivery when the event rolls back, and none for types the endpoint does not subscribe to', async () => {
     const hook = await endpoint('/atomic');
-    await expect(t.services.database.prisma.$transaction(async (tx) => {
+    await expect(new PrismaTransactions(t.services.database.prisma).run(async (tx) => {
       await appendEvent(tx, hook.account.id, { type: 'api_token.created', resourceType: 'api_token', resourceId: NOWHERE, data: { label: 'rolled back' } });
       throw new Error('roll back');
     })).rejects.toThrow('roll back');
-    await t.services.database.prisma.$transaction((tx) =>
+    await new PrismaTransactions(t.services.database.prisma).run((tx) =>
       appendEvent(tx, hook.account.id, { type: 'device_key.deleted', resourceType: 'device_key', resourceId: NOWHERE, data: {} }));
     expect(await deliveriesOf(t, hook.id)).toEqual([]);
   });
@@ -607,7 +608,7 @@ describe('webhook deliveries', () => {
   it('lists the last 50 deliveries, newest first', async () => {
     const hook = await endpoint('/many', ['device_key.deleted']);
     for (let i = 0; i < 55; i++) {
-      await t.services.database.prisma.$transaction((tx) =>
+      await new PrismaTransactions(t.services.database.prisma).run((tx) =>
         appendEvent(tx, hook.account.id, { type: 'device_key.deleted', resourceType: 'device_key', resourceId: NOWHERE, data: {} }));
     }
     const listed = await deliveries(hook.key, hook.id);

@@ -3,7 +3,7 @@
 // of checkpoint layers stays bounded while files written between checkpoints all survive a cold
 // boot, and a layer a fork shares is never merged away under the fork.
 import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { backingChain } from '../../src/compute/qemu';
 import { MAX_FROZEN_LAYERS } from '../../src/compute/checkpoint-policy';
 import { ensureTestImage, TEST_IMAGE_DIR as IMAGE_DIR } from '../support/images';
@@ -77,6 +77,8 @@ describe('automatic checkpoints', () => {
       expect((await layersOf(id)).length).toBeLessThanOrEqual(MAX_FROZEN_LAYERS + 1);
     }
     expect(readdirSync(join(t.config.dataDir, 'layers')).length).toBeLessThanOrEqual(MAX_FROZEN_LAYERS + 1); // merged layers are deleted
+    // and its QEMU's view of the layers folder (hard links) holds exactly its chain, no merged layer
+    expect(readdirSync(join(t.config.dataDir, 'machines', id, 'layers')).sort()).toEqual((await layersOf(id)).map((file) => basename(file)).sort());
     const got = await t.api.get('/v1/instances/keeper').set(bearer(key)).expect(200);
     expect(got.body.last_checkpoint_at).toBe(clock.now().toISOString());
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { ERRORS, ErrorCode } from '../../src/generated/errors';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 

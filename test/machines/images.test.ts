@@ -8,7 +8,7 @@ import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { guestRun } from '../support/guest';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
 import { insertInstance } from '../support/instance-rows';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 
 jest.setTimeout(900_000);
 

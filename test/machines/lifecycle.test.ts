@@ -35,6 +35,7 @@ describe('machine lifecycle on the minimal image', () => {
       .expect(200);
     expect(created.body).toMatchObject({ name: 'alpha', status: 'running', session_saved: false, update_available: false });
     const id = created.body.id as string;
+    expect((await t.services.metrics.text()).body).toMatch(/^kiste_machines\{status="running"\} 1$/m);
     expect((await guestRun(t, id, 'hostname')).stdout.trim()).toBe('alpha');
     expect((await guestRun(t, id, 'cat /root/.ssh/authorized_keys')).stdout).toContain(SSH_KEY.split(' ')[1]);
 
@@ -134,5 +135,10 @@ describe('machine lifecycle on the minimal image', () => {
     expect(readdirSync(join(t.config.dataDir, 'layers'))).toEqual([]);
     const events = await t.services.database.prisma.event.findMany({ where: { resourceId: id }, orderBy: { sequence: 'asc' } });
     expect(events.map((event) => event.type)).toEqual(['instance.created', 'instance.running', 'instance.stopped', 'instance.running', 'instance.deleted']);
+    // The operations are in the scrape, each with its outcome.
+    const scrape = (await t.services.metrics.text()).body;
+    for (const operation of ['create', 'fork', 'stop', 'resume', 'expire', 'delete']) {
+      expect(scrape).toMatch(new RegExp(`^kiste_operation_duration_seconds_count\\{operation="${operation}",outcome="ok"\\} [1-9]\\d*$`, 'm'));
+    }
   });
 });

@@ -1,11 +1,13 @@
 // Crash safety: kill -9 of the service while a machine runs. The machine keeps running (QEMU is
-// detached), the restarted service adopts it (QMP and agent reconnect), commands still run, and a
-// delete afterwards leaves no QEMU process and no disk.
-// Then kill -9 in the middle of an operation (a restart while the new QEMU boots; a stop with
-// session once its save has begun): the next start finishes or rolls back the operation, so the
+// detached), the restarted service adopts it (QMP and agent reconnect), commands still run, a QEMU
+// no record owns is killed (even one whose folder is gone), and a delete afterwards leaves no QEMU
+// process and no disk.
+// Then kill -9 in the middle of an operation (a restart while the new QEMU boots, and after the old
+// one is off; a stop with session once its save has begun): the next start finishes or rolls back
+// the operation (a restart always finishes: it ends running, as the caller asked), so the
 // instance is running with commands working, or stopped with no QEMU, and holds no operation; and a
 // machine adopted after a restart still stops with its session and resumes it.
-import { existsSync, readdirSync, readFileSync, watch } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, watch } from 'node:fs';
 import { join } from 'node:path';
 import request from 'supertest';
 import { listQemuProcesses } from '../../src/compute/qemu';
@@ -85,14 +87,29 @@ describe('kill -9 of the service with a running machine', () => {
     const id = created.body.id as string;
     const qemuBefore = listQemuProcesses().filter((p) => p.machineId === id);
     expect(qemuBefore).toHaveLength(1);
+    const stray = await retryWhileImageNotReady(() => api().post('/v1/instances').set(auth)
+      .send({ profile: 'desktop', name: 'stray', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY }));
+    expect(stray.status).toBe(200);
+    const strayId = stray.body.id as string;
 
     first.killHard();
     await first.waitExit(10_000);
     expect(listQemuProcesses().filter((p) => p.machineId === id).map((p) => p.pid)).toEqual(qemuBefore.map((p) => p.pid));
+    // A QEMU that no record owns and whose folder is gone (as a delete cut short can leave one):
+    // the next start must kill it.
+    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
+    try {
+      await database.prisma.instance.delete({ where: { id: strayId } });
+    } finally {
+      await database.close();
+    }
+    rmSync(join(fresh.dataDir, 'machines', strayId), { recursive: true, force: true });
+    expect(listQemuProcesses().filter((p) => p.machineId === strayId)).toHaveLength(1);
 
     const second = new ServiceProcess(env);
     started.push(second);
     await second.listening();
+    expect(listQemuProcesses().filter((p) => p.machineId === strayId)).toEqual([]);
     const after = await api().get('/v1/instances/survivor').set(auth).expect(checkContract).expect(200);
     expect(after.body.status).toBe('running');
     const ran = await api().post('/v1/instances/survivor/exec').set(auth).buffer(true).send({ argv: ['echo', 'adopted'] }).expect(checkContract).expect(200);
@@ -221,6 +238,48 @@ describe('kill -9 of the service in the middle of an operation', () => {
     expect(await expectConsistent('midway', id, 240_000)).toBe('running'); // the guest finishes booting on its own
     expect(qemuOf(id)).toEqual([bootingPid]);
     expect(ours()).toHaveLength(1); // no orphan: the old QEMU is gone
+  });
+
+  it('finishes a restart cut short after the power-off: the machine ends running, as asked', async () => {
+    expect(id).toBeDefined();
+    const [oldPid] = qemuOf(id);
+    expect(oldPid).toBeDefined();
+    const restart = api().post('/v1/instances/midway/restart').set(auth).then((res) => res, (error: Error) => error);
+    await waitUntil('the restart to be claimed', async () => (await row(id))?.operation === 'restart', 60_000, 20);
+    // The service dies after the old machine is off and before a new one runs (killing the old
+    // QEMU here stands in for the power-off having finished).
+    await killMidway(id, 'restart');
+    for (const pid of qemuOf(id)) process.kill(pid, 'SIGKILL');
+    await waitUntil('the old QEMU to be gone', () => qemuOf(id).length === 0, 10_000, 50);
+    await restart;
+    service = await startService();
+    await waitUntil('the interrupted restart to finish', async () => (await row(id))?.operation === null, 240_000, 500);
+    expect(await expectConsistent('midway', id, 240_000)).toBe('running');
+    expect(qemuOf(id)).toHaveLength(1);
+    expect(qemuOf(id)[0]).not.toBe(oldPid);
+  });
+
+  it('finishes a create cut short: the machine is made again and runs, as asked', async () => {
+    const create = api().post('/v1/instances').set(auth)
+      .send({ profile: 'desktop', name: 'halfway', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY })
+      .then((res) => res, (error: Error) => error);
+    const halfway = await waitUntil('the create to be recorded', async () => {
+      const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
+      try {
+        return await database.prisma.instance.findFirst({ where: { name: 'halfway' } });
+      } finally {
+        await database.close();
+      }
+    }, 60_000, 20);
+    await killMidway(halfway.id, 'create');
+    for (const pid of qemuOf(halfway.id)) process.kill(pid, 'SIGKILL'); // whatever the create had started goes too
+    await create;
+    service = await startService();
+    await waitUntil('the interrupted create to finish', async () => (await row(halfway.id))?.operation === null, 240_000, 500);
+    expect(await expectConsistent('halfway', halfway.id, 240_000)).toBe('running');
+    expect((await row(halfway.id))!.errorMessage).toBeNull();
+    await api().delete('/v1/instances/halfway').set(auth).expect(checkContract).expect(200);
+    expect(qemuOf(halfway.id)).toEqual([]);
   });
 
   /** Waits for the operation a lifecycle call started (200 or 202) to end; returns the answer then. */

@@ -3,7 +3,7 @@
 import { createServer, Server } from 'node:http';
 import type { Browser, Page } from 'playwright-core';
 import { serveWebSockets } from '../../src/http/websocket';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { launchChromium, watchedPage, WatchedPage } from './browser';
 import { startTestService, TEST_PASSWORD, TestService, TestServiceOptions } from './harness';
 import { freePort } from './service-process';

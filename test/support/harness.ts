@@ -11,8 +11,10 @@ import { Config, loadConfig } from '../../src/config';
 import type { Clock } from '../../src/domain/clock';
 import type { DeletionSteps } from '../../src/domain/account-deletion';
 import { createApp } from '../../src/http/app';
+import { servesHttps } from '../../src/http/browser-edges';
+import { cookieName } from '../../src/http/cookies';
 import { createServices, Services, type ServiceOptions } from '../../src/services';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import { checkContract } from './contract';
 import { openTestDatabase } from './database';
 import { testUidBase } from './jail';
@@ -110,7 +112,7 @@ export async function cliTokenFor(t: TestService, account: Account): Promise<str
 export async function browserFor(t: TestService, account: Account): Promise<{ cookie: string; csrf: string; browserCookie: string }> {
   const res = await t.api.post('/v1/auth/login').send({ email: account.email, password: TEST_PASSWORD }).expect(200);
   const setCookies = res.headers['set-cookie'] as unknown as string[];
-  const pick = (name: string) => setCookies.find((line) => line.startsWith(`${name}=`))!.split(';')[0]!;
+  const pick = (name: string) => setCookies.find((line) => line.startsWith(`${cookieName(name, servesHttps(t.config))}=`))!.split(';')[0]!;
   return { cookie: pick('kiste_session'), csrf: res.body.csrf, browserCookie: pick('kiste_browser') };
 }
 

@@ -1,6 +1,6 @@
 // Instance rows without a VM, for tests of what the service does with them (events, alerts, keys).
 import { randomUUID } from 'node:crypto';
-import type { Account } from '../../src/store/prisma';
+import type { Account } from '../../src/store/accounts';
 import type { TestService } from './harness';
 
 export const TEST_SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';

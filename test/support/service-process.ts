@@ -2,9 +2,11 @@
 // for tests of start-up, signals and crashes. tsx as a loader, not its CLI: the CLI is a second
 // process that relays signals, and under load it once reported a SIGTERM death (143) for a service
 // that handles SIGTERM; signals here must reach the service itself.
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { egressTable } from '../../src/compute/jail';
+import { testUidBaseFor } from './jail';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -30,17 +32,26 @@ export class ServiceProcess {
   output = '';
   readonly exited: Promise<Exit>;
   private exit: Exit | null = null;
+  /** The nftables table of the uid base chosen here (none when env names a base). */
+  private readonly ownTable: string | null;
 
   /**
    * `env` is all of the child's KISTE_* configuration (the test process's own are not passed on),
    * over two defaults: log level info, and the minimal image profile (the service builds its
-   * profile's image at start; the default, desktop, is far too slow a build for tests).
+   * profile's image at start; the default, desktop, is far too slow a build for tests). Its machine
+   * uids (and so its network rules) are its data folder's own unless env names a base.
    */
-  constructor(env: Record<string, string>) {
+  constructor(
+    env: Record<string, string>,
+    /** Another program of the repository (src/worker/main.ts) and the log line that says it is ready. */
+    private readonly program: { entry: string; ready: string } = { entry: 'src/server.ts', ready: 'kiste is listening' },
+  ) {
     const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
-    this.child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    const ownBase = env.KISTE_MACHINE_UID_BASE || !env.KISTE_DATA_DIR ? null : testUidBaseFor(env.KISTE_DATA_DIR);
+    this.ownTable = ownBase === null ? null : egressTable(ownBase);
+    this.child = spawn(process.execPath, ['--import', 'tsx', program.entry], {
       cwd: ROOT,
-      env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', ...env } as NodeJS.ProcessEnv,
+      env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', ...(ownBase === null ? {} : { KISTE_MACHINE_UID_BASE: String(ownBase) }), ...env } as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -61,7 +72,7 @@ export class ServiceProcess {
   /** Resolves once the log says it listens; fails if the process exits first. */
   async listening(timeoutMs = 60_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    while (!this.output.includes('kiste is listening')) {
+    while (!this.output.includes(this.program.ready)) {
       if (!this.running) throw new Error(`service exited (${JSON.stringify(this.exit)}) before listening:\n${this.output}`);
       if (Date.now() > deadline) throw new Error(`service did not listen within ${timeoutMs} ms:\n${this.output}`);
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -89,13 +100,16 @@ export class ServiceProcess {
 
   /** Last resort in afterEach: nothing of ours keeps running. */
   async ensureStopped(): Promise<void> {
-    if (!this.running) return;
-    try {
-      process.kill(-this.child.pid!, 'SIGKILL');
-    } catch {
-      // already gone
+    if (this.running) {
+      try {
+        process.kill(-this.child.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      await this.waitExit(10_000).catch(() => undefined);
     }
-    await this.waitExit(10_000).catch(() => undefined);
+    // A service leaves its network rules in place at exit (its machines may run on): the table of a
+    // uid base this harness chose goes with the test, or every run would leave one more behind.
+    if (this.ownTable) await new Promise((resolve) => execFile('nft', ['delete', 'table', 'inet', this.ownTable!], resolve));
   }
 }
-

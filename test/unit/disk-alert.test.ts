@@ -11,6 +11,11 @@ describe('disk usage', () => {
     expect(diskUsagePercent(disk(8000, 8192))).toBe(97.7);
     expect(diskUsagePercent(disk(0, 0))).toBeNull();
   });
+
+  it('is null for figures a guest cannot honestly report (more used than there is)', () => {
+    expect(diskUsagePercent(disk(1001))).toBeNull();
+    expect(diskUsagePercent(disk(1000))).toBe(100);
+  });
 });
 
 describe('disk decision', () => {

@@ -3,7 +3,7 @@
 // openings under way, idle and sign-out closes, and bytes flow both ways with backpressure.
 import { Duplex, PassThrough } from 'node:stream';
 import { AgentCallError } from '../../src/compute/agent-client';
-import type { MachineHost } from '../../src/compute/machine-host';
+import type { GuestAgents } from '../../src/compute/machine-host';
 import type { Instances } from '../../src/domain/instances';
 import { SshTunnels, type TunnelEnd, type TunnelPeer } from '../../src/domain/ssh-tunnels';
 import { KisteError } from '../../src/errors';
@@ -14,7 +14,7 @@ function setup(openTcp: () => Promise<Duplex>, settings = { perAccount: 2, idleM
     running: async () => instance,
     refreshAuthorizedKeys: async () => undefined,
   } as unknown as Instances;
-  const host = { agent: () => ({ openTcp }) } as unknown as MachineHost;
+  const host = { agent: () => ({ openTcp }) } as unknown as GuestAgents;
   return new SshTunnels(instances, host, settings);
 }
 

@@ -2,8 +2,8 @@
 // iterated once): a client that takes over while the shell is still starting shares that start —
 // one shell, one reader — and gets the shell's output; the first client is told it was taken over.
 import { PassThrough } from 'node:stream';
-import type { MachineHost } from '../../src/compute/machine-host';
-import { DEFAULT_TERMINAL_SETTINGS, TerminalSession, type TerminalPeer } from '../../src/domain/terminals';
+import type { GuestAgents } from '../../src/compute/machine-host';
+import { DEFAULT_TERMINAL_SETTINGS, TerminalSession, TYPED_EARLY_BYTES, type TerminalPeer } from '../../src/domain/terminals';
 
 function fakeShell() {
   let iterated = false;
@@ -40,7 +40,7 @@ test('a takeover while the shell starts shares the one start and the one reader'
   let release!: (value: unknown) => void;
   const started = new Promise((resolve) => (release = resolve));
   let starts = 0;
-  const host = { agent: () => ({ exec: async () => (starts++, await started, shell.handle) }) } as unknown as MachineHost;
+  const host = { agent: () => ({ exec: async () => (starts++, await started, shell.handle) }) } as unknown as GuestAgents;
   const ended: string[] = [];
   const session = new TerminalSession('acct', 'inst', 'box', 'hash', { cols: 80, rows: 24 }, {
     host, clock: { now: () => new Date() }, settings: DEFAULT_TERMINAL_SETTINGS, onEnded: () => ended.push('ended'),
@@ -59,5 +59,30 @@ test('a takeover while the shell starts shares the one start and the one reader'
   expect(second.seen.join('')).toBe('$ ');
   expect(session.ended).toBe(false);
   expect(ended).toEqual([]);
+  session.end('test over');
+});
+
+test('keys typed before the shell starts are held up to TYPED_EARLY_BYTES; past that the client waits for the shell', async () => {
+  const shell = fakeShell();
+  let release!: (value: unknown) => void;
+  const started = new Promise((resolve) => (release = resolve));
+  const host = { agent: () => ({ exec: async () => (await started, shell.handle) }) } as unknown as GuestAgents;
+  const session = new TerminalSession('acct', 'inst', 'box', 'hash', { cols: 80, rows: 24 }, {
+    host, clock: { now: () => new Date() }, settings: DEFAULT_TERMINAL_SETTINGS, onEnded: () => undefined,
+  });
+  const attached = session.attach(client().peer);
+  const key = Buffer.alloc(1024, 'k');
+  let taken = 0;
+  // A client pastes without waiting (a real one waits for each `taken`; this one is worse).
+  for (let i = 0; i < TYPED_EARLY_BYTES / key.length + 10; i++) session.input(key, () => taken++);
+  expect(taken).toBe(TYPED_EARLY_BYTES / key.length);
+
+  const received: Buffer[] = [];
+  shell.handle.stdin.on('data', (chunk: Buffer) => received.push(chunk));
+  release(undefined);
+  await attached;
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(taken).toBe(TYPED_EARLY_BYTES / key.length + 10);
+  expect(Buffer.concat(received).length).toBe((TYPED_EARLY_BYTES / key.length + 10) * key.length);
   session.end('test over');
 });

@@ -1,10 +1,11 @@
 // The stream channels (exec, tcp) of the current session: routing DATA, WINDOW, CLOSE and channel
 // EVENT frames to their handlers, and the host's side of closing. Ids are the agent's; a frame for
 // an id no longer here belongs to a channel already closed and is dropped (PROTOCOL.md).
-import type { AgentMethod, AgentMethods, Frame } from '../agent-protocol';
-import { decodeWindow, encodeClose, encodeWindow, FrameKind } from '../agent-protocol';
+import type { AgentMethod, AgentMethods, Frame } from '../../protocol/agent';
+import { decodeWindow, encodeClose, encodeWindow, FrameKind, SYNC_CHANNEL } from '../../protocol/agent';
 import type { AgentCallError } from './errors';
 import type { RequestOptions } from './options';
+import type { ParsedResult } from '../../protocol/agent-shapes';
 
 /** A stream channel as the client sees it. */
 export interface HostChannel {
@@ -21,8 +22,12 @@ export interface HostChannel {
  * the narrow type keeps those classes free of the client's module.
  */
 export interface ChannelLink {
-  request<M extends AgentMethod>(method: M, params: AgentMethods[M]['params'], options?: RequestOptions): Promise<AgentMethods[M]['result']>;
+  request<M extends AgentMethod>(method: M, params: AgentMethods[M]['params'], options?: RequestOptions): Promise<ParsedResult<M>>;
   sendFrame(parts: Buffer[]): void;
+  /** True when stream data may be sent now; otherwise `wake` runs once when it may again (LinkWriter). */
+  dataRoom(wake: () => void): boolean;
+  /** The agent broke the protocol on a channel: logged and counted against its link. */
+  peerFault(reason: string): void;
   sendWindow(channel: number, increment: number): void;
   closeChannel(channel: number, reason?: string): void;
 }
@@ -32,7 +37,9 @@ export class ChannelTable {
 
   constructor(private readonly sendFrame: (parts: Buffer[]) => void) {}
 
+  /** Throws when the id is in use: a guest answering with an open channel's id would take its frames over. */
   register(channel: number, handler: HostChannel): void {
+    if (this.channels.has(channel)) throw new ChannelInUseError(channel);
     this.channels.set(channel, handler);
   }
 
@@ -72,8 +79,9 @@ export class ChannelTable {
    * it: close it, so the agent stops the command instead of blocking it forever.
    */
   closeUnclaimed(result: unknown): void {
-    const channel = (result as { channel?: unknown } | undefined)?.channel;
-    if (typeof channel === 'number' && !this.channels.has(channel)) this.sendFrame([encodeClose(channel, 'request timed out')]);
+    const channel = typeof result === 'object' && result !== null ? (result as { channel?: unknown }).channel : undefined;
+    if (!Number.isInteger(channel) || (channel as number) <= 0 || (channel as number) >= SYNC_CHANNEL) return;
+    if (!this.channels.has(channel as number)) this.sendFrame([encodeClose(channel as number, 'request timed out')]);
   }
 
   /** The session ended: every channel is gone on the agent's side too. */
@@ -81,5 +89,12 @@ export class ChannelTable {
     const channels = [...this.channels.values()];
     this.channels.clear();
     for (const channel of channels) channel.onReset(error);
+  }
+}
+
+/** The agent named a channel id that is still open for another stream. */
+export class ChannelInUseError extends Error {
+  constructor(readonly channel: number) {
+    super(`channel ${channel} is already open`);
   }
 }

@@ -2,16 +2,21 @@
 // connection and after an agent restart, PROTOCOL.md), hello, reconnecting with backoff, and
 // dispatching frames once the session stands. Everything in flight belongs to a session and fails
 // with it, so the request and channel tables live here.
+//
+// Every byte on the link comes from a guest whose root may be hostile: what it sends is parsed
+// into declared shapes (./shapes.ts), what does not fit is dropped with a warning and counted
+// (PeerStrikes: a link that keeps sending garbage is closed and reopened), and nothing it sends
+// may throw out of the stream's 'data' listener: any error while handling its frames costs the
+// link, never the process. What the service holds towards it is bounded (LinkWriter).
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
 import type { Duplex } from 'node:stream';
 import {
+  AgentMethod,
   CONTROL_CHANNEL,
-  decodeJson,
   decodeSync,
   DecoderStats,
   encodeSync,
-  EventMessage,
   Frame,
   FrameDecoder,
   FrameKind,
@@ -19,11 +24,14 @@ import {
   MAX_PAYLOAD,
   SUPPORTED_PROTOCOL_VERSIONS,
   SyncPhase,
-} from '../agent-protocol';
+} from '../../protocol/agent';
+import { parsePeerJson, PeerStrikes } from '../../protocol/peer-input';
 import { ChannelTable } from './channels';
 import { AgentCallError } from './errors';
+import { LinkWriter } from './link-writer';
 import type { AgentLogger, RequestOptions, ResolvedOptions } from './options';
 import { RequestTable } from './requests';
+import { EVENT_SHAPES, EventShape } from '../../protocol/agent-shapes';
 
 type State = 'idle' | 'connecting' | 'syncing' | 'hello' | 'ready' | 'closed';
 
@@ -33,12 +41,16 @@ export interface ConnectionListener {
   disconnected(error: AgentCallError): void;
   /** An EVENT on channel 0. */
   event(event: string, data: unknown): void;
+  /** The link was closed because the agent sent what does not fit, or stopped reading (it is reopened). */
+  linkDropped(reason: string): void;
 }
 
 export class AgentConnection {
   private state: State = 'idle';
   private stream: Duplex | null = null;
+  private link: LinkWriter | null = null;
   private decoder: FrameDecoder | null = null;
+  private readonly strikes: PeerStrikes;
   private syncNonce = '';
   private syncTimer: NodeJS.Timeout | null = null;
   private helloResult: HelloResult | null = null;
@@ -57,7 +69,11 @@ export class AgentConnection {
   ) {
     this.reconnectDelay = opts.reconnectMinMs;
     this.channels = new ChannelTable((parts) => this.sendFrame(parts));
-    this.requests = new RequestTable(log, (result) => this.channels.closeUnclaimed(result));
+    this.requests = new RequestTable(
+      (reason) => this.peerFault(reason),
+      (result) => this.channels.closeUnclaimed(result),
+    );
+    this.strikes = new PeerStrikes((reason) => this.dropLink(`the agent keeps sending what does not fit (${reason})`));
   }
 
   /** Starts connecting unless already under way (or closed). */
@@ -87,27 +103,40 @@ export class AgentConnection {
     this.readyWaiters.clear();
     this.stream?.destroy();
     this.stream = null;
+    this.link = null;
   }
 
-  /** A request once the session stands; the timeout covers waiting for it too. */
-  async call(method: string, params: unknown, options: RequestOptions, onResult?: (result: unknown) => void): Promise<unknown> {
+  /**
+   * A request once the session stands; the timeout (every call has one) covers waiting for it too.
+   * Resolves with the method's result, parsed.
+   */
+  async call(method: AgentMethod, params: unknown, options: RequestOptions, onResult?: (result: unknown) => void): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? this.opts.requestTimeoutMs;
     const deadline = Date.now() + timeoutMs;
     await this.whenReady(deadline);
-    return this.requests.send(this.stream, method, params, deadline - Date.now(), onResult);
+    return this.requests.send(this.link, method, params, deadline - Date.now(), onResult);
   }
 
-  /** Writes one frame (its parts together); dropped unless the session stands, as the agent would ignore it. */
+  /**
+   * Writes one frame (its parts together); dropped unless the session stands, as the agent would
+   * ignore it. A frame the link has no room for even now (the agent stopped reading long ago)
+   * costs the link.
+   */
   sendFrame(parts: Buffer[]): void {
-    const stream = this.stream;
-    if (!stream || this.state !== 'ready' || stream.destroyed) return;
-    if (parts.length === 1) {
-      stream.write(parts[0]);
-      return;
-    }
-    if (stream instanceof net.Socket) stream.cork();
-    for (const part of parts) stream.write(part);
-    if (stream instanceof net.Socket) stream.uncork();
+    const link = this.link;
+    if (!link || this.state !== 'ready') return;
+    if (!link.write(parts)) this.dropLink(`the agent does not read (${link.held} bytes wait for it)`);
+  }
+
+  /** Room for stream data now (ChannelLink.dataRoom); with no session standing, frames are dropped anyway. */
+  dataRoom(wake: () => void): boolean {
+    return !this.link || this.state !== 'ready' || this.link.dataRoom(wake);
+  }
+
+  /** Something from the guest that does not fit: dropped (by the caller), logged, counted. */
+  peerFault(reason: string): void {
+    this.log.warn({ reason }, 'agent sent something that does not fit; dropped');
+    this.strikes.strike(reason);
   }
 
   /** Resolves once hello completed; a call made while (re)connecting waits here rather than failing at once. */
@@ -169,11 +198,19 @@ export class AgentConnection {
 
   private attach(stream: Duplex): void {
     this.stream = stream;
+    this.link = new LinkWriter(stream);
+    this.strikes.reset();
     // Whatever arrives before our SYNC_OK is stale (a fragment from before a VM pause, an old session).
     this.decoder = new FrameDecoder((frame) => this.onFrame(frame), MAX_PAYLOAD, true);
     const decoder = this.decoder;
     stream.on('data', (chunk: Buffer) => {
-      if (this.stream === stream) decoder.push(chunk);
+      if (this.stream !== stream) return;
+      try {
+        decoder.push(chunk);
+      } catch (error) {
+        // A frame we could not handle: whatever state it left behind goes with the link.
+        this.dropLink(`error while handling the agent's frames: ${error instanceof Error ? error.message : String(error)}`);
+      }
     });
     stream.on('error', (error) => this.log.debug({ error: error.message }, 'agent stream error'));
     stream.on('close', () => this.streamGone(stream));
@@ -185,8 +222,8 @@ export class AgentConnection {
     this.clearSyncTimer();
     const send = () => {
       this.syncNonce = randomBytes(8).toString('hex');
-      this.stream?.write(encodeSync(SyncPhase.SYNC, this.syncNonce));
       this.syncTimer = setTimeout(send, this.opts.syncRetryMs);
+      if (this.link && !this.link.write([encodeSync(SyncPhase.SYNC, this.syncNonce)])) this.dropLink('the agent does not read its SYNC');
     };
     send();
   }
@@ -196,9 +233,21 @@ export class AgentConnection {
     this.syncTimer = null;
   }
 
+  /** Closes the current link (it is reopened with backoff): a guest that misbehaves loses its link, not the service. */
+  private dropLink(reason: string): void {
+    const stream = this.stream;
+    if (!stream) return;
+    this.log.warn({ reason, stats: this.decoder?.stats }, 'agent link closed, reconnecting');
+    this.listener.linkDropped(reason);
+    this.decoder?.reset(true); // stops the decoder's loop at once: no more frames of this link
+    stream.destroy();
+    this.streamGone(stream);
+  }
+
   private streamGone(stream: Duplex): void {
     if (this.stream !== stream) return;
     this.stream = null;
+    this.link = null;
     this.decoder = null;
     this.clearSyncTimer();
     if (this.state === 'closed') return;
@@ -235,7 +284,7 @@ export class AgentConnection {
     this.state = 'hello';
     try {
       const result = (await this.requests.send(
-        this.stream,
+        this.link,
         'hello',
         { protocol_versions: [...SUPPORTED_PROTOCOL_VERSIONS], host_version: this.opts.hostVersion },
         this.opts.requestTimeoutMs,
@@ -293,17 +342,15 @@ export class AgentConnection {
   }
 
   private onEvent(frame: Frame): void {
-    let message: EventMessage;
-    try {
-      message = decodeJson(frame) as EventMessage;
-    } catch {
-      return this.log.warn({}, 'unparsable agent event dropped');
-    }
-    if (frame.channel !== CONTROL_CHANNEL) {
-      this.channels.onEvent(frame.channel, message.event, message.data);
-      return;
-    }
-    this.listener.event(message.event, message.data);
+    const parsed = parsePeerJson(EventShape, frame.payload);
+    if (!parsed.ok) return this.peerFault(parsed.reason);
+    const { event, data } = parsed.value;
+    // A stream channel's events are checked by the channel's owner (exec.exit: ExecHandle).
+    if (frame.channel !== CONTROL_CHANNEL) return this.channels.onEvent(frame.channel, event, data);
+    if (event !== 'ready') return this.log.debug({ event }, 'unknown agent event dropped');
+    const ready = EVENT_SHAPES.ready.parse(data);
+    if (!ready.ok) return this.peerFault(ready.reason);
+    this.listener.event(event, ready.value);
   }
 }
 

@@ -1,10 +1,15 @@
 // exec: a running command's output as an async iterable whose reader's pace is the command's
 // pace (credit goes back only as chunks are taken), its completion as a promise, and its stdin.
+// The guest is not trusted to end what it started: a command with a timeout, and one being
+// cancelled, ends here too (exitGraceMs after the agent should have ended it) if no exit comes.
 import { Writable } from 'node:stream';
-import { CreditReceiver, decodeOutput, ExecExitEvent, OUTPUT_HEADER_BYTES, OutputChunk } from '../agent-protocol';
+import { CreditReceiver, decodeOutput, ExecExitEvent, OUTPUT_HEADER_BYTES, OutputChunk } from '../../protocol/agent';
 import type { ChannelLink, HostChannel } from './channels';
 import { CreditWriter } from './credit-writer';
 import { AgentCallError } from './errors';
+import { EVENT_SHAPES } from '../../protocol/agent-shapes';
+
+const DEFAULT_CANCEL_GRACE_MS = 2000;
 
 export type ExecChunk = OutputChunk;
 
@@ -30,13 +35,18 @@ export class ExecHandle implements AsyncIterable<ExecChunk> {
   private resolveExit!: (event: ExecExitEvent) => void;
   private rejectExit!: (error: Error) => void;
   private readonly writer: CreditWriter | null;
+  private exitTimer: NodeJS.Timeout | null = null;
+  private exitDueAt = 0;
 
+  /** timeoutMs: the command's own timeout (0: none); its exit is due exitGraceMs after it. */
   constructor(
     private readonly client: ChannelLink,
     readonly channel: number,
     readonly pid: number,
     window: number,
     stdinWindow: number,
+    timeoutMs: number,
+    private readonly exitGraceMs: number,
   ) {
     this.credit = new CreditReceiver(window);
     this.allowance = window;
@@ -57,6 +67,7 @@ export class ExecHandle implements AsyncIterable<ExecChunk> {
         })
       : null;
     this.stdin?.on('error', () => undefined);
+    if (timeoutMs > 0) this.exitDueIn(timeoutMs + exitGraceMs, `the command did not end ${exitGraceMs} ms after its timeout`);
   }
 
   /** Sends a signal to the command's process group. */
@@ -67,6 +78,7 @@ export class ExecHandle implements AsyncIterable<ExecChunk> {
 
   /** SIGTERM, then SIGKILL after graceMs; completes with status cancelled. */
   async cancel(graceMs?: number): Promise<boolean> {
+    this.exitDueIn((graceMs ?? DEFAULT_CANCEL_GRACE_MS) + this.exitGraceMs, 'the command did not end after it was cancelled');
     const result = await this.client.request('exec.cancel', { channel: this.channel, grace_ms: graceMs });
     return result.accepted;
   }
@@ -105,25 +117,38 @@ export class ExecHandle implements AsyncIterable<ExecChunk> {
     };
   }
 
+  /** The host gives the command up (a deadline, too much output): the agent stops it, readers and exit fail with error. */
+  giveUp(error: AgentCallError): void {
+    this.onReset(error);
+  }
+
   /** @internal */
   channelHandler(): HostChannel {
     return {
       onData: (payload) => {
+        if (this.exitEvent) return this.broken('output after the exit');
         const chunk = decodeOutput(payload);
         this.allowance -= payload.length;
         if (!chunk || chunk.sequence !== this.expectedSequence || this.allowance < 0) {
           // Frames on one stream cannot be lost or reordered, nor exceed credit: a broken or hostile agent.
-          return this.onReset(new AgentCallError('protocol', `exec channel ${this.channel}: bad output chunk`));
+          return this.broken('bad output chunk');
         }
         this.expectedSequence += 1;
-        if (this.discarding) this.consumed(chunk);
-        else this.chunks.push(chunk);
+        // Copied: the payload is a view into the decoder's buffer, which a small chunk would keep alive.
+        const owned = { ...chunk, data: Buffer.from(chunk.data) };
+        if (this.discarding) this.consumed(owned);
+        else this.chunks.push(owned);
         this.notify();
       },
-      onWindow: (increment) => this.writer?.grant(increment),
+      onWindow: (increment) => {
+        if (!this.writer?.grant(increment)) this.broken(`WINDOW of ${increment} bytes beyond the stdin window`);
+      },
       onEvent: (event, data) => {
-        if (event !== 'exec.exit') return;
-        this.exitEvent = data as ExecExitEvent;
+        if (event !== 'exec.exit' || this.exitEvent || this.error) return;
+        const exit = EVENT_SHAPES['exec.exit'].parse(data);
+        if (!exit.ok || exit.value.channel !== this.channel) return this.broken(exit.ok ? 'exit event for another channel' : exit.reason);
+        this.exitEvent = exit.value;
+        this.clearExitTimer();
         this.resolveExit(this.exitEvent);
         this.writer?.fail(new Error('command finished'));
         this.notify();
@@ -135,13 +160,40 @@ export class ExecHandle implements AsyncIterable<ExecChunk> {
     };
   }
 
+  /** The agent broke the protocol on this channel: counted against its link, and the command is given up. */
+  private broken(reason: string): void {
+    if (this.exitEvent || this.error) return;
+    const message = `exec channel ${this.channel}: ${reason}`;
+    this.client.peerFault(message);
+    this.onReset(new AgentCallError('protocol', message));
+  }
+
   private onReset(error: AgentCallError): void {
     if (this.exitEvent || this.error) return;
+    this.clearExitTimer();
     this.error = error;
     this.rejectExit(error);
     this.writer?.fail(error);
     this.client.closeChannel(this.channel, error.message);
     this.notify();
+  }
+
+  /** The exit must come within ms (the earliest deadline set wins); otherwise the command is given up. */
+  private exitDueIn(ms: number, reason: string): void {
+    if (this.exitEvent || this.error) return;
+    const at = Date.now() + ms;
+    if (this.exitTimer && this.exitDueAt <= at) return;
+    this.clearExitTimer();
+    this.exitDueAt = at;
+    this.exitTimer = setTimeout(() => {
+      this.exitTimer = null;
+      this.onReset(new AgentCallError('timeout', `exec channel ${this.channel}: ${reason}`));
+    }, Math.min(ms, 2 ** 31 - 1)); // setTimeout's limit (timeouts are a day at most)
+  }
+
+  private clearExitTimer(): void {
+    if (this.exitTimer) clearTimeout(this.exitTimer);
+    this.exitTimer = null;
   }
 
   private consumed(chunk: ExecChunk): void {

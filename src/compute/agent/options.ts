@@ -1,7 +1,7 @@
 // Client options and their defaults, resolved once so the connection and the client facade read
 // the same values.
 import type { Duplex } from 'node:stream';
-import { clampWindow } from '../agent-protocol';
+import { clampWindow } from '../../protocol/agent';
 
 export interface AgentLogger {
   debug(obj: object, msg: string): void;
@@ -21,15 +21,22 @@ export interface AgentClientOptions {
   reconnectMaxMs?: number;
   /** Output credit per exec / tcp channel. */
   windowBytes?: number;
+  /**
+   * How long after a command's timeout (or a cancel's grace) its exit may take to arrive before the
+   * host gives the command up: the guest is not trusted to end it, and TCG is slow (default 30 s).
+   */
+  exitGraceMs?: number;
   hostVersion?: string;
   logger?: AgentLogger;
+  /** The link was dropped because the agent misbehaved (counted by the service's metrics). */
+  onLinkDropped?: (reason: string) => void;
 }
 
 export interface RequestOptions {
   timeoutMs?: number;
 }
 
-export type ResolvedOptions = Required<Omit<AgentClientOptions, 'logger' | 'hostVersion'>> & Pick<AgentClientOptions, 'hostVersion'>;
+export type ResolvedOptions = Required<Omit<AgentClientOptions, 'logger' | 'hostVersion' | 'onLinkDropped'>> & Pick<AgentClientOptions, 'hostVersion'>;
 
 export const NOOP_LOGGER: AgentLogger = { debug: () => undefined, warn: () => undefined };
 
@@ -42,6 +49,7 @@ export function resolveOptions(options: AgentClientOptions): ResolvedOptions {
     reconnectMinMs: options.reconnectMinMs ?? 100,
     reconnectMaxMs: options.reconnectMaxMs ?? 2000,
     windowBytes: clampWindow(options.windowBytes ?? 1024 * 1024),
+    exitGraceMs: options.exitGraceMs ?? 30_000,
     hostVersion: options.hostVersion,
   };
 }

@@ -3,6 +3,7 @@
 import { Duplex } from 'node:stream';
 import type { ChannelLink, HostChannel } from './channels';
 import { CreditWriter } from './credit-writer';
+import { peerText } from '../../protocol/peer-input';
 import { AgentCallError } from './errors';
 
 /**
@@ -15,6 +16,8 @@ export class AgentTcpStream extends Duplex {
   private pushed = 0;
   private granted = 0;
   private remoteClosed = false;
+  /** The guest's side ended (empty DATA): nothing more may come. */
+  private remoteEnded = false;
   /** Bytes the agent may still send (checked: the guest is not trusted). */
   private allowance: number;
 
@@ -27,33 +30,39 @@ export class AgentTcpStream extends Duplex {
     super({ allowHalfOpen: true });
     this.allowance = window;
     this.writer = new CreditWriter(client, channel, agentWindow);
+    // A guest can break the channel in the frames right after its tcp.open answer, before the
+    // caller holds the stream: that error must not go unheard (which would throw). The caller
+    // learns of it from openTcp (AgentClient rejects with it) or from its own listener.
+    this.on('error', () => undefined);
   }
 
   channelHandler(): HostChannel {
     return {
       onData: (payload) => {
+        if (this.remoteEnded) return this.broken('data after the end of the stream');
         if (payload.length === 0) {
+          this.remoteEnded = true;
           this.push(null);
           return;
         }
         this.allowance -= payload.length;
-        if (this.allowance < 0) {
-          this.destroy(new AgentCallError('protocol', `tcp channel ${this.channel}: agent exceeded its credit`));
-          return;
-        }
+        if (this.allowance < 0) return this.broken('agent exceeded its credit');
         this.pushed += payload.length;
         // Copy: the payload is a view into the decoder's buffer and the consumer may keep it.
         this.push(Buffer.from(payload));
         this.grantConsumed();
       },
-      onWindow: (increment) => this.writer.grant(increment),
+      onWindow: (increment) => {
+        if (!this.writer.grant(increment)) this.broken(`WINDOW of ${increment} bytes beyond the window`);
+      },
       onEvent: () => undefined,
       onClose: (reason) => {
         this.remoteClosed = true;
         this.writer.fail(new Error('guest connection closed'));
-        if (reason) this.destroy(new Error(`guest connection closed: ${reason}`));
+        if (reason) this.destroy(new Error(`guest connection closed: ${peerText(reason, 200)}`));
         else {
-          this.push(null);
+          if (!this.remoteEnded) this.push(null);
+          this.remoteEnded = true;
           // The writable side is over too: finish it so 'close' follows once the reader is done.
           if (!this.writableEnded) this.end();
         }
@@ -63,6 +72,14 @@ export class AgentTcpStream extends Duplex {
         this.destroy(error);
       },
     };
+  }
+
+  /** The agent broke the protocol on this channel: counted against its link, and the stream ends. */
+  private broken(reason: string): void {
+    if (this.destroyed) return;
+    const message = `tcp channel ${this.channel}: ${reason}`;
+    this.client.peerFault(message);
+    this.destroy(new AgentCallError('protocol', message));
   }
 
   override _read(): void {

@@ -7,9 +7,11 @@
 //   memory a ceiling of memory_mib plus QEMU's overhead (see MEMORY_OVERHEAD_MIB);
 //   pids   at most MAX_TASKS threads (QEMU cannot fork: its seccomp sandbox denies it).
 // Where no hierarchy is writable (a container without delegation), machines run without limits
-// and the service says so at start (MachineLimits.mode.reason).
+// and the service says so at start (MachineLimits.mode.reason). The host's helpers that work on a
+// guest's behalf (video encoders, encoder-jail.ts) get groups of their own below `kiste` the same way.
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { shellQuote } from '../../shell-quote';
 import { TCG_CODE_CACHE_MIB } from '../qemu/command-line';
 
 /** QEMU beside guest RAM: its own heap, device models, the user network, and TCG's code cache. */
@@ -26,6 +28,16 @@ export type CgroupMode =
 export interface MachineShapeLimits {
   vcpu: number;
   memoryMib: number;
+}
+
+/** What a group's tasks may use together; null: no limit of its own (its parent's still holds). */
+export interface GroupLimits {
+  /** CPU weight against its siblings, 1 = the default (v2 cpu.weight 100, v1 cpu.shares 1024). */
+  share: number;
+  /** At most this many CPUs (a quota per period). */
+  cpus: number | null;
+  memoryBytes: number | null;
+  tasks: number | null;
 }
 
 /** Which cgroup hierarchy this host offers us, after making (or finding) the `kiste` group. */
@@ -62,34 +74,12 @@ export class MachineLimits {
    * files its QEMU's pid must be written to before QEMU runs.
    */
   apply(id: string, shape: MachineShapeLimits): string[] {
-    const memoryBytes = (shape.memoryMib + MEMORY_OVERHEAD_MIB) * 1048576;
-    const quotaUs = Math.round((shape.vcpu + 0.5) * CPU_PERIOD_US);
-    const mode = this.mode;
-    if (mode.kind === 'v2') {
-      const dir = ensure(join(mode.root, id));
-      write(dir, 'cpu.weight', String(Math.min(10_000, 100 * shape.vcpu)));
-      write(dir, 'cpu.max', `${quotaUs} ${CPU_PERIOD_US}`);
-      write(dir, 'memory.max', String(memoryBytes));
-      if (existsSync(join(dir, 'memory.swap.max'))) write(dir, 'memory.swap.max', '0'); // only with swap accounting
-      write(dir, 'pids.max', String(MAX_TASKS));
-      return [join(dir, 'cgroup.procs')];
-    }
-    if (mode.kind === 'v1') {
-      const cpu = ensure(join(mode.cpu, id));
-      write(cpu, 'cpu.shares', String(1024 * shape.vcpu));
-      write(cpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
-      write(cpu, 'cpu.cfs_quota_us', String(quotaUs));
-      const memory = ensure(join(mode.memory, id));
-      write(memory, 'memory.limit_in_bytes', String(memoryBytes));
-      const procs = [join(cpu, 'cgroup.procs'), join(memory, 'cgroup.procs')];
-      if (mode.pids) {
-        const pids = ensure(join(mode.pids, id));
-        write(pids, 'pids.max', String(MAX_TASKS));
-        procs.push(join(pids, 'cgroup.procs'));
-      }
-      return procs;
-    }
-    return [];
+    return applyGroup(this.mode, id, {
+      share: shape.vcpu,
+      cpus: shape.vcpu + 0.5,
+      memoryBytes: (shape.memoryMib + MEMORY_OVERHEAD_MIB) * 1048576,
+      tasks: MAX_TASKS,
+    });
   }
 
   /**
@@ -97,18 +87,71 @@ export class MachineLimits {
    * them until its parent has reaped it: what is left is tried once more a little later.
    */
   remove(id: string, retry = true): void {
-    const mode = this.mode;
-    const dirs = mode.kind === 'v2' ? [join(mode.root, id)] : mode.kind === 'v1' ? [mode.cpu, mode.memory, ...(mode.pids ? [mode.pids] : [])].map((root) => join(root, id)) : [];
-    let left = false;
-    for (const dir of dirs) {
-      try {
-        rmdirSync(dir);
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') left = true;
-      }
-    }
-    if (left && retry) setTimeout(() => this.remove(id, false), 2000).unref();
+    removeGroup(this.mode, id, retry);
   }
+}
+
+/**
+ * Makes the group `kiste/<path>` (again, if a stale one is there; its parents must exist) with these
+ * limits; the cgroup.procs files a process must be written to, to be held by them.
+ */
+export function applyGroup(mode: CgroupMode, path: string, limits: GroupLimits): string[] {
+  const quota = limits.cpus === null ? null : `${Math.round(limits.cpus * CPU_PERIOD_US)}`;
+  if (mode.kind === 'v2') {
+    const dir = ensure(join(mode.root, path));
+    write(dir, 'cpu.weight', String(Math.max(1, Math.min(10_000, Math.round(100 * limits.share)))));
+    write(dir, 'cpu.max', `${quota ?? 'max'} ${CPU_PERIOD_US}`);
+    write(dir, 'memory.max', String(limits.memoryBytes ?? 'max'));
+    if (existsSync(join(dir, 'memory.swap.max'))) write(dir, 'memory.swap.max', '0'); // only with swap accounting
+    write(dir, 'pids.max', String(limits.tasks ?? 'max'));
+    return [join(dir, 'cgroup.procs')];
+  }
+  if (mode.kind === 'v1') {
+    const cpu = ensure(join(mode.cpu, path));
+    write(cpu, 'cpu.shares', String(Math.max(2, Math.round(1024 * limits.share))));
+    write(cpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
+    write(cpu, 'cpu.cfs_quota_us', quota ?? '-1');
+    const memory = ensure(join(mode.memory, path));
+    write(memory, 'memory.limit_in_bytes', String(limits.memoryBytes ?? -1));
+    const procs = [join(cpu, 'cgroup.procs'), join(memory, 'cgroup.procs')];
+    if (mode.pids) {
+      const pids = ensure(join(mode.pids, path));
+      write(pids, 'pids.max', String(limits.tasks ?? 'max'));
+      procs.push(join(pids, 'cgroup.procs'));
+    }
+    return procs;
+  }
+  return [];
+}
+
+/** Like applyGroup, for a group whose tasks live in groups below it (v2 hands its controllers down to them). */
+export function applyParentGroup(mode: CgroupMode, path: string, limits: GroupLimits): void {
+  applyGroup(mode, path, limits);
+  if (mode.kind === 'v2') write(join(mode.root, path), 'cgroup.subtree_control', '+cpu +memory +pids');
+}
+
+/** Removes the group `kiste/<path>` (empty once its tasks are gone); what is still busy is tried again in 2 s when `retry`. */
+export function removeGroup(mode: CgroupMode, path: string, retry = true): void {
+  const dirs = mode.kind === 'v2' ? [join(mode.root, path)] : mode.kind === 'v1' ? [mode.cpu, mode.memory, ...(mode.pids ? [mode.pids] : [])].map((root) => join(root, path)) : [];
+  let left = false;
+  for (const dir of dirs) {
+    try {
+      rmdirSync(dir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') left = true;
+    }
+  }
+  if (left && retry) setTimeout(() => removeGroup(mode, path, false), 2000).unref();
+}
+
+/**
+ * A command line that puts its own process into the groups of these cgroup.procs files, then
+ * becomes `command`: the limits hold from the command's first instruction.
+ */
+export function inGroups(procs: string[], command: string, args: string[]): { command: string; args: string[] } {
+  if (procs.length === 0) return { command, args };
+  const join_ = procs.map((file) => `echo $$ > ${shellQuote(file)} || exit 125; `).join('');
+  return { command: '/bin/sh', args: ['-c', `${join_}exec "$@"`, 'kiste-cgroup', command, ...args] };
 }
 
 function ensure(dir: string): string {

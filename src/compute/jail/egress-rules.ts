@@ -39,6 +39,11 @@ export interface EgressSettings {
   resolvers: string[];
 }
 
+/** The nftables table (family inet) of the installation whose jail uids start at uidBase. */
+export function egressTable(uidBase: number): string {
+  return `kiste_${uidBase}`;
+}
+
 export function egressRuleset(settings: EgressSettings): string {
   const special = specialRanges();
   const byFamily = (family: 4 | 6, cidrs: string[]) => cidrs.filter((cidr) => cidr.includes(':') === (family === 6));

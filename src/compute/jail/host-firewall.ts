@@ -1,5 +1,5 @@
-// Loads the machines' egress rules (egress-rules.ts) into the host's nftables, and puts them back
-// when something removed them (another tool flushing the ruleset) before a machine starts.
+// Loads the machines' egress rules (egress-rules.ts) into the host's nftables and reads them back;
+// egress-watch.ts keeps them there.
 import { runTool } from './run-tool';
 import { egressRuleset, type EgressSettings } from './egress-rules';
 
@@ -10,29 +10,32 @@ export class HostFirewall {
     this.ruleset = egressRuleset(settings);
   }
 
+  get table(): string {
+    return this.settings.table;
+  }
+
   /** Replaces the table with the rules of these settings (one nftables transaction). */
   load(): Promise<void> {
     return nft(['-f', '-'], this.ruleset).then(() => undefined);
   }
 
-  /** True when the table is loaded (it is ours: nothing else writes it). */
-  async loaded(): Promise<boolean> {
-    return nft(['list', 'table', 'inet', this.settings.table]).then(
-      () => true,
-      () => false,
-    );
+  /**
+   * The table as nftables holds it now, in a form two readings can be compared in: the stateless
+   * listing (rules, sets and their elements, hooks, flags; no counters, no handles) with its white
+   * space collapsed. Null when the table does not exist; rejects when nft cannot be asked.
+   */
+  async listing(): Promise<string | null> {
+    try {
+      return (await nft(['-s', 'list', 'table', 'inet', this.settings.table])).replace(/\s+/g, ' ').trim();
+    } catch (error) {
+      if (/No such file or directory/.test((error as Error).message)) return null;
+      throw error;
+    }
   }
 
   /** Removes the table (tests tearing down an installation). */
   unload(): Promise<void> {
     return nft(['delete', 'table', 'inet', this.settings.table]).then(() => undefined, () => undefined);
-  }
-
-  /** Loads the rules unless they are there; true when they had to be loaded again. */
-  async ensure(): Promise<boolean> {
-    if (await this.loaded()) return false;
-    await this.load();
-    return true;
   }
 }
 

@@ -10,7 +10,8 @@
 //   service can trust the paths it connects to there. Disk layers are the user's own (mode 0600);
 //   layers shared with the machine it was forked from are readable through an ACL entry; images
 //   are public (world-readable); every folder on the way is passable, never listable;
-// - its network: the egress rules (egress-rules.ts) for the whole uid range;
+// - its network: the egress rules (egress-rules.ts) for the whole uid range, kept in place by
+//   egress-watch.ts, which freezes every jail process while they are not;
 // - its share of the host: cgroup limits (cgroups.ts).
 // The service checks all of this at start (problem()) and refuses to start machines without it.
 import { execFileSync } from 'node:child_process';
@@ -20,10 +21,14 @@ import { join } from 'node:path';
 import type { StartOptions } from '../qemu/qemu-process';
 import { shellQuote } from '../../shell-quote';
 import { detectCgroups, MachineLimits, type MachineShapeLimits } from './cgroups';
-import { resolversOf, type EgressMode } from './egress-rules';
-import { grant, grantPassage, readableBy, revoke, setAcl } from './file-access';
-import { RUN_ENTRIES } from '../qemu/machine-files';
+import { egressTable, resolversOf, type EgressMode } from './egress-rules';
+import { grant, readableBy, revoke, setAcl } from './file-access';
+import { openJailFolders } from './jail-folders';
+import { machineFiles, RUN_ENTRIES } from '../qemu/machine-files';
 import { HostFirewall } from './host-firewall';
+import { EgressWatch, type EgressWatchLogger } from './egress-watch';
+import { JailFreezer } from './jail-freezer';
+import { inMountJail, linkLayer, mountJailProblem, prepareSerialLog, showLayers, viewFolders, type QemuView } from './mount-jail';
 import type { Cidr } from '../../net/special-addresses';
 
 /** Users per installation: uidBase + 1 … uidBase + USERS. */
@@ -33,6 +38,14 @@ const USER_FILE = 'jail-user';
 export interface JailUser {
   uid: number;
   gid: number;
+}
+
+/** The files a machine's QEMU is to see besides its run folder (see mount-jail.ts). */
+export interface QemuFiles {
+  /** Its chain's layers (files of the layers folder). */
+  layers: string[];
+  /** Kernel, initrd and the image disks its chain ends on. */
+  readOnly: string[];
 }
 
 export interface JailProblem {
@@ -47,7 +60,7 @@ export interface JailSettings {
   passThrough: string[];
   uidBase: number;
   egress: { mode: EgressMode; allow: Cidr[] };
-  logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
+  logger: EgressWatchLogger;
 }
 
 /** What the machine host asks of the jail; QemuMachineHost depends on this, not on HostJail. */
@@ -58,8 +71,10 @@ export interface MachineJail {
   admit(id: string): Promise<JailUser>;
   hasUser(id: string): boolean;
   userOf(id: string): JailUser;
-  /** The file becomes the machine's own disk layer: read-write for its user, nobody else. */
+  /** The file becomes the machine's own disk layer: read-write for its user, nobody else, and in its QEMU's view. */
   ownLayer(id: string, file: string): void;
+  /** Its QEMU's view holds exactly these layers (after a compaction dropped one). */
+  showLayers(id: string, layers: string[]): void;
   /**
    * Its user may read these layers (the chain it shares with the machine `sourceId` it was forked
    * from): refused when the source's own user may not read one of them, so a fork never gains
@@ -68,8 +83,8 @@ export interface MachineJail {
   shareLayers(id: string, sourceId: string, files: string[]): Promise<void>;
   /** At delete: layers another chain still uses lose every access of this machine's user. */
   releaseLayers(id: string, files: string[]): Promise<void>;
-  /** Before QEMU starts: limits applied, run folder handed to the user; the launch wrapper. */
-  beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>>;
+  /** Before QEMU starts: limits applied, its view of `files` made, run folder handed to the user; the launch wrapper. */
+  beforeStart(id: string, shape: MachineShapeLimits, files: QemuFiles): Promise<NonNullable<StartOptions['launch']>>;
   /**
    * After QEMU has made its sockets and before the guest runs: the run folder is root's again, and
    * the network rules checked since beforeStart are known to be in place.
@@ -79,29 +94,61 @@ export interface MachineJail {
   afterStop(id: string): void;
 }
 
+/** How long a failed host check stands before it is made again (starts and GET /v1/status ask often). */
+const RECHECK_FAILED_MS = 5_000;
+
+interface PreparedCheck {
+  result: Promise<JailProblem | null>;
+  /** Its outcome once known. */
+  problem: JailProblem | null;
+  /** Set when it failed. */
+  failedAt?: number;
+}
+
 export class HostJail implements MachineJail {
   private readonly firewall: HostFirewall;
+  private readonly egress: EgressWatch;
   private readonly gid: number;
   private limits: MachineLimits | undefined;
   /** Per machine starting: the check that its network rules are loaded (awaited by seal). */
   private readonly firewallChecks = new Map<string, Promise<void>>();
-  private prepared: Promise<JailProblem | null> | undefined;
+  private prepared: PreparedCheck | undefined;
 
   constructor(private readonly settings: JailSettings) {
     this.gid = settings.uidBase;
+    const uids = { first: settings.uidBase + 1, last: settings.uidBase + USERS };
     this.firewall = new HostFirewall({
-      table: `kiste_${settings.uidBase}`,
-      uids: { first: settings.uidBase + 1, last: settings.uidBase + USERS },
+      table: egressTable(settings.uidBase),
+      uids,
       mode: settings.egress.mode,
       allow: settings.egress.allow,
       resolvers: readResolvers(),
     });
+    this.egress = new EgressWatch(this.firewall, new JailFreezer(uids), settings.logger);
   }
 
-  /** Prepares the host once (firewall, folders, cgroups) and tells what is missing. */
+  /**
+   * Prepares the host (firewall, folders, cgroups) and tells what is missing, also while the network
+   * rules are not in place. A check that passed holds; one that failed is made again by the next
+   * caller after RECHECK_FAILED_MS, so an operator who mends the host needs no restart.
+   */
   problem(): Promise<JailProblem | null> {
-    this.prepared ??= this.prepare();
-    return this.prepared;
+    const last = this.prepared;
+    if (!last || (last.failedAt !== undefined && Date.now() - last.failedAt >= RECHECK_FAILED_MS)) this.prepared = this.check(last);
+    return this.prepared!.result.then((problem) => problem ?? this.egress.settledProblem());
+  }
+
+  private check(last: PreparedCheck | undefined): PreparedCheck {
+    const result = this.prepare().catch((error: Error): JailProblem => ({ reason: `the host check failed: ${error.message}`, hint: 'See the service log; kiste checks again at the next machine start.' }));
+    const entry: PreparedCheck = { result, problem: null };
+    void result.then((problem) => {
+      entry.problem = problem;
+      if (problem) entry.failedAt = Date.now();
+      if (!last) return; // the first check's outcome is the start-up's to log
+      if (!problem && last.problem) this.settings.logger.info({}, 'machine jail ready: the host was mended, machines start again');
+      else if (problem && problem.reason !== last.problem?.reason) this.settings.logger.error(problem, 'machines cannot be isolated from this host: none starts until this is mended (checked again when one is to start)');
+    });
+    return entry;
   }
 
   private async prepare(): Promise<JailProblem | null> {
@@ -115,23 +162,14 @@ export class HostJail implements MachineJail {
     if (taken.length) {
       return { reason: `uids ${this.settings.uidBase}–${this.settings.uidBase + USERS} hold existing users (${taken.slice(0, 3).join(', ')})`, hint: 'Choose another KISTE_MACHINE_UID_BASE.' };
     }
-    try {
-      await this.firewall.load();
-    } catch (error) {
-      return { reason: `the machines' network rules could not be loaded: ${(error as Error).message}`, hint: 'kiste needs nftables and CAP_NET_ADMIN (run it as root on the host, not in an unprivileged container).' };
-    }
-    try {
-      for (const dir of [this.settings.machinesDir, this.settings.layersDir]) {
-        mkdirSync(dir, { recursive: true });
-        chmodSync(dir, 0o700); // passable by the jail group through the ACL, listable by nobody else
-      }
-      for (const dir of this.settings.passThrough) {
-        const opened = await grantPassage(dir, { gid: this.gid });
-        if (opened.length) this.settings.logger.info({ folders: opened, gid: this.gid }, 'machine users may pass through these folders (ACL, no listing)');
-      }
-    } catch (error) {
-      return { reason: `the machine users cannot be given their files: ${(error as Error).message}`, hint: 'Keep KISTE_DATA_DIR on a file system with POSIX ACLs (ext4, xfs, btrfs, tmpfs).' };
-    }
+    await this.egress.start(); // from now on the rules are watched; problem() tells while they are not in place
+    const folders = { own: [this.settings.machinesDir, this.settings.layersDir], passThrough: this.settings.passThrough };
+    const folderProblem = await openJailFolders(folders, this.gid, (opened) => {
+      this.settings.logger.info({ folders: opened, gid: this.gid }, 'machine users may pass through these folders (ACL, no listing)');
+    });
+    if (folderProblem) return folderProblem;
+    const viewProblem = await mountJailProblem({ machines: this.settings.machinesDir, layers: this.settings.layersDir }, this.gid);
+    if (viewProblem) return viewProblem;
     this.limits = new MachineLimits(detectCgroups());
     const mode = this.limits.mode;
     if (mode.kind === 'none') this.settings.logger.warn({ reason: mode.reason }, 'machines run without CPU and memory limits');
@@ -165,6 +203,11 @@ export class HostJail implements MachineJail {
     const user = this.userOf(id);
     chownSync(file, user.uid, user.gid);
     chmodSync(file, 0o600);
+    linkLayer(viewFolders(this.machineDir(id)).layers, this.settings.layersDir, file);
+  }
+
+  showLayers(id: string, layers: string[]): void {
+    showLayers(viewFolders(this.machineDir(id)).layers, this.settings.layersDir, layers);
   }
 
   async shareLayers(id: string, sourceId: string, files: string[]): Promise<void> {
@@ -182,23 +225,32 @@ export class HostJail implements MachineJail {
     await revoke(kept, { uid: user.uid });
   }
 
-  async beforeStart(id: string, shape: MachineShapeLimits): Promise<NonNullable<StartOptions['launch']>> {
+  async beforeStart(id: string, shape: MachineShapeLimits, files: QemuFiles): Promise<NonNullable<StartOptions['launch']>> {
     const problem = await this.problem();
     if (problem) throw new Error(`${problem.reason}. ${problem.hint}`);
     // Checked while QEMU starts (the guest is paused until seal, which awaits it): no time added.
-    const check = this.firewall.ensure().then((reloaded) => {
-      if (reloaded) this.settings.logger.warn({ machine: id }, "the machines' network rules were gone (another tool replaced the ruleset?); loaded them again");
-    });
+    const check = this.egress.verified();
     check.catch(() => undefined); // a failure is seal's to report; a start that never got there has its own
     this.firewallChecks.set(id, check);
     const user = this.userOf(id);
     const procs = this.limits!.apply(id, shape);
-    chownSync(join(this.machineDir(id), 'run'), user.uid, user.gid); // last: the caller seals it again whatever happens next
-    const dropToUser = ['setpriv', `--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all', '--'];
-    // The shell puts itself (the pid QEMU will have) into the machine's groups, then becomes setpriv,
-    // which becomes QEMU: limits hold from QEMU's first allocation on.
+    const view = this.qemuView(id, user, files);
+    chownSync(view.run, user.uid, user.gid); // last: the caller seals it again whatever happens next
+    // The shell puts itself (the pid QEMU will have) into the machine's groups, then becomes unshare,
+    // the view's script, setpriv and QEMU: limits hold from QEMU's first allocation on.
     const join_ = procs.map((file) => `echo $$ > ${shellQuote(file)} || exit 125; `).join('');
-    return (command, args) => ({ command: '/bin/sh', args: ['-c', `${join_}exec "$@"`, 'kiste-jail', ...dropToUser, command, ...args] });
+    return (command, args) => ({ command: '/bin/sh', args: ['-c', `${join_}exec "$@"`, 'kiste-jail', ...inMountJail(view, command, args)] });
+  }
+
+  /** While no QEMU of the machine runs: its layer view made, its serial log ready, the root's mount point there. */
+  private qemuView(id: string, user: JailUser, files: QemuFiles): QemuView {
+    const dir = this.machineDir(id);
+    const folders = viewFolders(dir);
+    const { runDir, serialLog } = machineFiles(dir);
+    mkdirSync(folders.root, { recursive: true, mode: 0o700 });
+    showLayers(folders.layers, this.settings.layersDir, files.layers);
+    prepareSerialLog(serialLog, user);
+    return { root: folders.root, run: runDir, layers: { view: folders.layers, at: this.settings.layersDir }, readOnly: files.readOnly, serialLog, user };
   }
 
   async seal(id: string): Promise<void> {
@@ -226,9 +278,15 @@ export class HostJail implements MachineJail {
     this.limits?.remove(id);
   }
 
-  /** Test and tear-down use: removes this installation's network rules. */
-  unloadFirewall(): Promise<void> {
-    return this.firewall.unload();
+  /** At shutdown: stops watching the network rules (they stay; so do machines it had to freeze). */
+  stopWatching(): Promise<void> {
+    return this.egress.stop();
+  }
+
+  /** Test and tear-down use: stops watching and removes this installation's network rules. */
+  async unloadFirewall(): Promise<void> {
+    await this.egress.stop();
+    await this.firewall.unload();
   }
 
   /**

@@ -34,6 +34,7 @@ import { rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { DISK_DEVICE } from './command-line';
 import type { QmpClient, QmpEvent } from './qmp-client';
+import { BlockJobEventShape, NamedBlockNodesShape, QueryBlockShape, type NamedBlockNode } from './qmp-shapes';
 
 const run = promisify(execFile);
 
@@ -95,12 +96,6 @@ export async function rebaseOffline(overlay: string, newBacking: string): Promis
   await run(qemuImgBinary(), ['rebase', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay]);
 }
 
-interface BlockInfo {
-  device: string;
-  qdev?: string;
-  inserted?: { 'node-name': string; file: string; image?: { 'backing-filename'?: string } };
-}
-
 export interface ActiveLayer {
   node: string;
   file: string;
@@ -108,7 +103,7 @@ export interface ActiveLayer {
 
 /** The node and file the guest's disk currently writes to. */
 export async function activeLayer(qmp: QmpClient, device = DISK_DEVICE): Promise<ActiveLayer> {
-  const blocks = await qmp.execute<BlockInfo[]>('query-block');
+  const blocks = await qmp.execute('query-block', undefined, { result: QueryBlockShape });
   const block = blocks.find((b) => b.qdev === device || b.qdev?.startsWith(`/machine/peripheral/${device}/`));
   if (!block?.inserted) throw new Error(`no disk attached to device ${device}`);
   return { node: block.inserted['node-name'], file: block.inserted.file };
@@ -150,7 +145,7 @@ export async function snapshotActive(qmp: QmpClient, options: SnapshotOptions): 
 }
 
 async function virtualSize(qmp: QmpClient, node: string): Promise<number> {
-  const nodes = await qmp.execute<Array<{ 'node-name': string; image: { 'virtual-size': number } }>>('query-named-block-nodes', { flat: true });
+  const nodes = await namedBlockNodes(qmp);
   const found = nodes.find((n) => n['node-name'] === node);
   if (!found) throw new Error(`no block node ${node}`);
   return found.image['virtual-size'];
@@ -179,25 +174,22 @@ export async function clearDirtyBitmap(qmp: QmpClient, options: { node: string; 
   await qmp.execute('block-dirty-bitmap-clear', { node: options.node, name: options.name });
 }
 
-interface NamedNode {
-  'node-name': string;
-  'dirty-bitmaps'?: Array<{ name: string; count: number }>;
+/** Every block node, flat (each layer's format and file node). */
+function namedBlockNodes(qmp: QmpClient): Promise<NamedBlockNode[]> {
+  return qmp.execute('query-named-block-nodes', { flat: true }, { result: NamedBlockNodesShape });
 }
 
 /** Bytes written since the bitmap was added or cleared (0 = unchanged); undefined if no such bitmap. */
 export async function dirtyBitmapCount(qmp: QmpClient, options: { node: string; name: string }): Promise<number | undefined> {
   // query-named-block-nodes sees bitmaps on any node; query-block only on a device's top node.
-  const nodes = await qmp.execute<NamedNode[]>('query-named-block-nodes', { flat: true });
+  const nodes = await namedBlockNodes(qmp);
   const node = nodes.find((n) => n['node-name'] === options.node);
   return node?.['dirty-bitmaps']?.find((b) => b.name === options.name)?.count;
 }
 
 /** Node names of the chain under the device, active layer first (for compaction decisions). */
 export async function chainNodes(qmp: QmpClient, device = DISK_DEVICE): Promise<ActiveLayer[]> {
-  const nodes = await qmp.execute<Array<{ 'node-name': string; file: string; drv: string; image: { filename: string; 'backing-filename'?: string } }>>(
-    'query-named-block-nodes',
-    { flat: true },
-  );
+  const nodes = await namedBlockNodes(qmp);
   const chain: ActiveLayer[] = [];
   let current: ActiveLayer | undefined = await activeLayer(qmp, device);
   while (current) {
@@ -256,6 +248,7 @@ async function startJob(qmp: QmpClient, command: string, args: Record<string, un
  */
 function waitForJob(qmp: QmpClient, jobId: string, timeoutMs = 600_000, onReady?: () => Promise<unknown>): Promise<QmpEvent> {
   return new Promise((resolve, reject) => {
+    let readied = false;
     const finish = (error: Error | undefined, event?: QmpEvent): void => {
       clearTimeout(timer);
       qmp.off('event', onEvent);
@@ -264,10 +257,16 @@ function waitForJob(qmp: QmpClient, jobId: string, timeoutMs = 600_000, onReady?
       else resolve(event!);
     };
     const onEvent = (e: QmpEvent): void => {
-      if (e.data?.device !== jobId) return;
-      if (e.event === 'BLOCK_JOB_COMPLETED') finish(e.data.error ? new Error(`block job ${jobId} failed: ${String(e.data.error)}`) : undefined, e);
+      if (!e.event.startsWith('BLOCK_JOB_')) return;
+      const data = BlockJobEventShape.parse(e.data);
+      if (!data.ok || data.value.device !== jobId) return;
+      if (e.event === 'BLOCK_JOB_COMPLETED') finish(data.value.error ? new Error(`block job ${jobId} failed: ${data.value.error.slice(0, 2000)}`) : undefined, e);
       else if (e.event === 'BLOCK_JOB_CANCELLED') finish(new Error(`block job ${jobId} was cancelled`));
-      else if (e.event === 'BLOCK_JOB_READY' && onReady) onReady().catch((error: Error) => finish(error));
+      else if (e.event === 'BLOCK_JOB_READY' && onReady && !readied) {
+        // Once: a QEMU repeating READY must not queue a completion command per event.
+        readied = true;
+        onReady().catch((error: Error) => finish(error));
+      }
     };
     const onClose = (): void => finish(new Error(`block job ${jobId}: QMP connection closed`));
     const timer = setTimeout(() => finish(new Error(`block job ${jobId} did not complete within ${timeoutMs} ms`)), timeoutMs);

@@ -31,6 +31,7 @@ import { dirname, join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { MAX_SOCKET_PATH, type MachineSpec } from './command-line';
 import { logTail, QemuMachine, qemuLogFile, StartOptions, startMachine, stopMachine } from './qemu-process';
+import { QueryMigrateShape } from './qmp-shapes';
 import { pollUntil } from './wait';
 
 const UNLIMITED_BANDWIDTH = 2 ** 40; // bytes per second: effectively no limit for a local pipe
@@ -74,11 +75,6 @@ export interface SaveResult {
   totalMs: number;
 }
 
-interface MigrationInfo {
-  status?: string;
-  'error-desc'?: string;
-}
-
 export async function saveMemory(machine: QemuMachine, options: SaveOptions): Promise<SaveResult> {
   const started = Date.now();
   const timeoutMs = options.timeoutMs ?? 120_000;
@@ -101,7 +97,7 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
     await qmp.execute('migrate', { uri: `unix:${socket}` });
     const final = await pollUntil(
       async () => {
-        const info = await qmp.execute<MigrationInfo>('query-migrate');
+        const info = await qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
         return info.status === 'completed' || info.status === 'failed' || info.status === 'cancelled' ? info : undefined;
       },
       timeoutMs,

@@ -16,7 +16,8 @@ import { spawn } from 'node:child_process';
 import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, relative, isAbsolute } from 'node:path';
 import { buildQemuArgs, MachineSpec, processName } from './command-line';
-import { QmpBusyError, QmpClient } from './qmp-client';
+import { QmpBusyError, QmpClient, type QmpLogger } from './qmp-client';
+import { QueryStatusShape } from './qmp-shapes';
 import { shellWord } from '../../shell-quote';
 import { pollUntil, sleep } from './wait';
 
@@ -37,6 +38,8 @@ export interface StartOptions {
    * the command it was given, so the spawned pid is QEMU's.
    */
   launch?: (command: string, args: string[]) => { command: string; args: string[] };
+  /** Where the monitor link reports what QEMU sent that does not fit the protocol. */
+  logger?: QmpLogger;
 }
 
 export class MachineStartError extends Error {
@@ -82,7 +85,7 @@ export class QemuMachine {
 
   /** `query-status`: running, paused, inmigrate, postmigrate, shutdown, … */
   async status(): Promise<string> {
-    const answer = await this.qmp.execute<{ status: string }>('query-status');
+    const answer = await this.qmp.execute('query-status', undefined, { result: QueryStatusShape });
     return answer.status;
   }
 
@@ -146,7 +149,7 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
     try {
       // The socket exists early, but the greeting only comes once QEMU's main loop runs: allow it
       // the whole remaining start time rather than the usual short "is the monitor busy" wait.
-      const qmp = await QmpClient.connect(spec.qmpSocket, { greetingTimeoutMs: Math.max(100, deadline - Date.now()) });
+      const qmp = await QmpClient.connect(spec.qmpSocket, { greetingTimeoutMs: Math.max(100, deadline - Date.now()), logger: options.logger });
       return new QemuMachine(spec, child.pid!, qmp);
     } catch (error) {
       if (error instanceof QmpBusyError) continue; // deadline passed while waiting: reported above
@@ -161,10 +164,10 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
  * Undefined when the machine is not running (no pid file, dead pid, or a pid that is not ours).
  * Throws QmpBusyError when another client still holds its monitor (an older service still alive).
  */
-export async function adoptMachine(ref: MachineRef, options: { greetingTimeoutMs?: number } = {}): Promise<QemuMachine | undefined> {
+export async function adoptMachine(ref: MachineRef, options: { greetingTimeoutMs?: number; logger?: QmpLogger } = {}): Promise<QemuMachine | undefined> {
   const pid = findOwnProcess(ref);
   if (pid === undefined) return undefined;
-  const qmp = await QmpClient.connect(ref.qmpSocket, { greetingTimeoutMs: options.greetingTimeoutMs ?? 3000 });
+  const qmp = await QmpClient.connect(ref.qmpSocket, { greetingTimeoutMs: options.greetingTimeoutMs ?? 3000, logger: options.logger });
   return new QemuMachine(ref, pid, qmp);
 }
 

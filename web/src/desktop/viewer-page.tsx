@@ -55,7 +55,8 @@ export function DesktopViewerPage() {
     void (async () => {
       let current: DesktopSession | null = null;
       while (!stop.signal.aborted && !current) {
-        // Reconnecting: the tab's session renews (a fresh recovery authorization) once the desktop can stream again.
+        // Reconnecting: the tab's session renews (a fresh recovery authorization and fresh TURN credentials,
+        // which live minutes) once the desktop can stream again.
         const notYet = session.current ? await checkReady(reference) : null;
         if (!notYet && session.current) {
           current = await renewDesktop(reference).catch(() => null);

@@ -11,6 +11,7 @@ import { formatMib, INSTANCE_NAME_HINT, INSTANCE_NAME_PATTERN, machinePath } fro
 import { LifetimeSelect } from '../machine/lifetime-select';
 import { DEFAULT_SHAPE, describeShape, diskLeftMib, largeShape, shapeProblem, type Shape, type ShapeChoice } from '../machine/shapes';
 import { CreateProgressPanel } from './machine/create-progress';
+import { MachineAvailabilityNotice } from '../machine/machine-availability';
 import { describeResources, fetchImages, UNIVERSAL, type Image } from './images/data';
 import { fetchEnvironments } from './environments/data';
 
@@ -23,6 +24,7 @@ export function CreateMachinePage() {
   return (
     <section class="create-machine">
       <PageHeader title="Create a machine" />
+      {progress.stage !== 'waiting-for-image' && progress.stage !== 'booting' && <MachineAvailabilityNotice status={status} />}
       {(progress.stage === 'waiting-for-image' || progress.stage === 'booting') && <CreateProgressPanel progress={progress} onCancel={create.cancel} />}
       {/* Hidden, not unmounted, while the machine is on its way: after a refusal the form is as it was. */}
       <div hidden={progress.stage === 'waiting-for-image' || progress.stage === 'booting'}>

@@ -6,6 +6,7 @@ import { useInstanceList } from '../machine/live';
 import { MachineTable } from '../machine/machine-table';
 import { OpenAlerts } from '../machine/open-alerts';
 import { UsageMeters, useAccountStatus } from '../machine/usage-meters';
+import { MachineAvailabilityNotice } from '../machine/machine-availability';
 
 export function HomePage() {
   const machines = useInstanceList();
@@ -17,6 +18,7 @@ export function HomePage() {
           Create machine
         </Link>
       </PageHeader>
+      <MachineAvailabilityNotice status={status} />
       <OpenAlerts />
       <div class="home">
         <section aria-labelledby="machines-heading">

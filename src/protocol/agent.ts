@@ -1,6 +1,7 @@
 // The kiste host↔agent protocol (agent/PROTOCOL.md): framing, flow-control helpers and the typed
 // methods and events. Shared by the host (src/compute/agent-client.ts) and the guest agent
-// (agent/src, which bundles this file), so it uses nothing but Buffer.
+// (agent/src, which bundles this file), so it uses nothing but Buffer. Part of the ground-floor
+// module src/protocol (README.md there): it imports nothing from the rest of src.
 
 export const PROTOCOL_VERSION = 1;
 export const SUPPORTED_PROTOCOL_VERSIONS: readonly number[] = [1];

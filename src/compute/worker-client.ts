@@ -1,0 +1,99 @@
+// The control plane's side of worker-api.yaml: signed requests over the worker's socket, and every
+// answer treated as untrusted input — its signature checked against the request's nonce, its size
+// bounded, its body validated against the spec — before anyone reads it. A worker that cannot be
+// reached is WorkerUnreachableError (the API's N01); one that answers what does not fit is
+// WorkerProtocolError, and its answer is never used.
+import { request, type IncomingMessage } from 'node:http';
+import type { components } from '../generated/worker-api';
+import * as validators from '../generated/worker-validators';
+import { peerText } from '../protocol/peer-input';
+import { answerSignedBy, signRequest, SIGNATURE_HEADERS } from '../protocol/worker-signature';
+
+/** No answer of this protocol is larger (streams are upgrades, not answers). */
+const MAX_ANSWER_BYTES = 1024 * 1024;
+
+export type WorkerHello = components['schemas']['WorkerHello'];
+export type WorkerChecks = components['schemas']['WorkerChecks'];
+
+export class WorkerUnreachableError extends Error {}
+export class WorkerProtocolError extends Error {}
+/** The worker answered, validly, with an error of the protocol. */
+export class WorkerCallError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: components['schemas']['WorkerError']['error']['code'],
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface WorkerClientSettings {
+  socketPath: string;
+  secret: Buffer;
+  /** Per call (default 10 s). */
+  timeoutMs?: number;
+}
+
+export class WorkerClient {
+  constructor(private readonly settings: WorkerClientSettings) {}
+
+  hello(): Promise<WorkerHello> {
+    return this.call('GET', '/w1/hello', 'WorkerHello') as Promise<WorkerHello>;
+  }
+
+  checks(): Promise<WorkerChecks> {
+    return this.call('GET', '/w1/checks', 'WorkerChecks') as Promise<WorkerChecks>;
+  }
+
+  /**
+   * One operation of worker-api.yaml: `operationId` names the validators its answer must pass.
+   * `timeoutMs` overrides the client's (machine operations run for minutes under TCG).
+   */
+  async call(method: string, path: string, operationId: string, requestBody?: unknown, timeoutMs?: number): Promise<unknown> {
+    const body = requestBody === undefined ? '' : JSON.stringify(requestBody);
+    const headers = signRequest(this.settings.secret, method, path, body);
+    const answer = await this.send(method, path, headers, body, timeoutMs ?? this.settings.timeoutMs ?? 10_000);
+    const signature = answer.headers[SIGNATURE_HEADERS.signature];
+    if (!answerSignedBy(this.settings.secret, answer.status, headers[SIGNATURE_HEADERS.nonce], answer.body, typeof signature === 'string' ? signature : undefined)) {
+      throw new WorkerProtocolError(`${operationId}: the answer is not signed by the worker`);
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(answer.body.toString('utf8'));
+    } catch {
+      throw new WorkerProtocolError(`${operationId}: the answer is not JSON`);
+    }
+    // Only a status the spec gives the operation, with the body the spec gives that status.
+    const validate = validators[`${operationId}__${answer.status}`];
+    if (!validate) throw new WorkerProtocolError(`${operationId}: status ${answer.status} is not one the protocol gives it`);
+    if (!validate(parsed)) throw new WorkerProtocolError(`${operationId}: the answer (${answer.status}) does not fit the protocol (${peerText(validate.errors?.[0]?.message ?? '', 200)})`);
+    if (answer.status === 200) return parsed;
+    const { code, message } = (parsed as components['schemas']['WorkerError']).error;
+    throw new WorkerCallError(answer.status, code, `${operationId}: ${peerText(message, 500)}`);
+  }
+
+  private send(method: string, path: string, headers: Record<string, string>, body: string, timeoutMs: number): Promise<{ status: number; headers: IncomingMessage['headers']; body: Buffer }> {
+    return new Promise((resolve, reject) => {
+      const contentHeaders = body ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } : { 'content-length': '0' };
+      const req = request({ socketPath: this.settings.socketPath, method, path, headers: { ...headers, ...contentHeaders } }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_ANSWER_BYTES) {
+            res.destroy();
+            reject(new WorkerProtocolError(`${method} ${path}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`));
+          } else chunks.push(chunk);
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', (error) => reject(new WorkerUnreachableError(`${method} ${path}: ${error.message}`)));
+      });
+      // A deadline for the whole answer, not only for silence: a worker that trickles bytes ends too.
+      const deadline = setTimeout(() => req.destroy(new Error(`no whole answer within ${timeoutMs} ms`)), timeoutMs);
+      req.on('close', () => clearTimeout(deadline));
+      req.on('error', (error) => reject(new WorkerUnreachableError(`${method} ${path}: the worker cannot be reached (${error.message})`)));
+      req.end(body);
+    });
+  }
+}

@@ -1,0 +1,56 @@
+// What operators scrape (Prometheus text format): machines by state, lifecycle operations' durations
+// and failures, guest links dropped for bad input, and the process's own figures. Callers hold the
+// small observer interfaces they declare themselves (the domain's OperationObserver, the agent
+// client's onLinkDropped), never prom-client.
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+export interface ServiceMetricsSources {
+  /** Machines this service's records hold, counted by status (read at each scrape). */
+  machinesByStatus(): Promise<Record<string, number>>;
+}
+
+export class ServiceMetrics {
+  readonly registry = new Registry();
+  private readonly operations: Histogram<'operation' | 'outcome'>;
+  private readonly droppedLinks: Counter<'peer'>;
+
+  constructor(sources: ServiceMetricsSources) {
+    collectDefaultMetrics({ register: this.registry, prefix: 'kiste_' });
+    new Gauge({
+      name: 'kiste_machines',
+      help: 'Machines by status, as the records hold them.',
+      labelNames: ['status'],
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const [status, count] of Object.entries(await sources.machinesByStatus())) this.set({ status }, count);
+      },
+    });
+    this.operations = new Histogram({
+      name: 'kiste_operation_duration_seconds',
+      help: 'Lifecycle operations (create, fork, stop, resume, restart, upgrade, delete, expire) from claim to end; outcome error: the machine ended in the error state.',
+      labelNames: ['operation', 'outcome'],
+      buckets: [0.5, 1, 2, 5, 10, 20, 60, 120, 300],
+      registers: [this.registry],
+    });
+    this.droppedLinks = new Counter({
+      name: 'kiste_guest_links_dropped_total',
+      help: 'Links to a machine dropped because its guest agent or QEMU sent what does not fit (or stopped reading).',
+      labelNames: ['peer'],
+      registers: [this.registry],
+    });
+  }
+
+  operationEnded(operation: string, outcome: 'ok' | 'error', seconds: number): void {
+    this.operations.observe({ operation, outcome }, seconds);
+  }
+
+  linkDropped(peer: 'agent' | 'qmp'): void {
+    this.droppedLinks.inc({ peer });
+  }
+
+  /** The scrape: Prometheus text format. */
+  async text(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}

@@ -1,0 +1,160 @@
+// What a worker serves (worker-api.yaml): each route parses its path and checks its body against
+// the spec's validator before the machine host sees it, and answers in the spec's shapes. A machine
+// operation that fails answers 500 `failed` with its message (the machine's error shows it).
+import type { components } from '../generated/worker-api';
+import * as validators from '../generated/worker-validators';
+import type { ImageProfile, MachineHost } from '../compute/machine-host';
+import { fromWire, wire } from '../compute/worker-wire';
+
+export const WORKER_PROTOCOL_VERSION = 1;
+
+type Wire = components['schemas'];
+export type Answer = { status: number; body: unknown };
+
+export interface RouteContext {
+  host: MachineHost;
+  version: string;
+  startedAt: string;
+}
+
+interface Route {
+  method: string;
+  pattern: RegExp;
+  /** The spec's operation: a body is read and checked when the spec gives it one (`<operationId>__body`). */
+  operationId: string;
+  run(context: RouteContext, match: RegExpExecArray, body: unknown, query: URLSearchParams): Promise<unknown>;
+}
+
+const ID = '([A-Za-z0-9-]{1,80})';
+const PROFILES: readonly ImageProfile[] = ['minimal', 'desktop', 'desktop-lite'];
+const done = {};
+
+/** A request the protocol has no answer for: 400 bad_request or 404 not_found, never a machine's failure. */
+class Refusal extends Error {
+  constructor(
+    readonly status: 400 | 404,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const ROUTES: Route[] = [
+  {
+    method: 'GET', pattern: /^\/w1\/hello$/, operationId: 'WorkerHello',
+    run: async ({ host, version, startedAt }): Promise<Wire['WorkerHello']> => ({
+      protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator,
+    }),
+  },
+  {
+    method: 'GET', pattern: /^\/w1\/checks$/, operationId: 'WorkerChecks',
+    run: async ({ host }): Promise<Wire['WorkerChecks']> => {
+      const [problem, capacity] = await Promise.all([host.isolationProblem(), host.capacity()]);
+      return {
+        accelerator: host.accelerator,
+        isolation_problem: problem ? { reason: problem.reason.slice(0, 2000), hint: problem.hint.slice(0, 2000) } : null,
+        capacity: { free_memory_mib: capacity.freeMemoryMib },
+      };
+    },
+  },
+  {
+    method: 'GET', pattern: /^\/w1\/images\/([a-z-]{1,20})$/, operationId: 'GetImageState',
+    run: async ({ host }, match): Promise<Wire['ImageState']> => {
+      const profile = PROFILES.find((p) => p === match[1]);
+      if (!profile) throw new Refusal(404, `no image profile ${match[1]}`);
+      const current = host.currentImage(profile);
+      const build = host.imageBuildState(profile);
+      return { current: current ? wire.image(current) : null, build: { state: build.state, step: build.step?.slice(0, 2000) ?? null, error: build.error?.slice(0, 2000) ?? null } };
+    },
+  },
+  { method: 'GET', pattern: /^\/w1\/machines$/, operationId: 'ListMachines', run: async ({ host }) => ({ ids: await host.knownMachineIds() }) },
+  {
+    method: 'POST', pattern: /^\/w1\/strays$/, operationId: 'RemoveStrays',
+    run: async ({ host }, _m, body) => ({ ids: await host.removeStrays((body as Wire['MachineIds']).ids) }),
+  },
+  { method: 'POST', pattern: /^\/w1\/layers\/collect$/, operationId: 'CollectLayers', run: async ({ host }) => (await host.removeUnusedLayers(), done) },
+  {
+    method: 'GET', pattern: new RegExp(`^/w1/machines/${ID}$`), operationId: 'GetMachine',
+    run: async ({ host }, [, id]) => ({ running: await host.isRunning(id!), session_saved: await host.hasSession(id!) }),
+  },
+  { method: 'DELETE', pattern: new RegExp(`^/w1/machines/${ID}$`), operationId: 'DestroyMachine', run: async ({ host }, [, id]) => (await host.destroy(id!), done) },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/create$`), operationId: 'CreateMachine',
+    run: async ({ host }, [, id], body) => {
+      const request = body as Wire['StartRequest'];
+      return wire.started(await host.create(id!, fromWire.image(request.image), fromWire.shape(request.shape), fromWire.identity(request.identity)));
+    },
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/fork$`), operationId: 'ForkMachine',
+    run: async ({ host }, [, id], body) => {
+      const request = body as Wire['ForkRequest'];
+      const forked = await host.fork(request.source_id, id!, fromWire.image(request.image), fromWire.shape(request.shape), fromWire.identity(request.identity), { memory: request.memory });
+      return wire.started(forked);
+    },
+  },
+  ...(['boot', 'resume'] as const).map((how): Route => ({
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/${how}$`), operationId: how === 'boot' ? 'BootMachine' : 'ResumeMachine',
+    run: async ({ host }, [, id], body) => {
+      const request = body as Wire['StartRequest'];
+      return wire.started(await host[how](id!, fromWire.shape(request.shape), fromWire.image(request.image), fromWire.identity(request.identity)));
+    },
+  })),
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/stop$`), operationId: 'StopMachine',
+    run: async ({ host }, [, id], body) => ({ session_saved: (await host.stop(id!, { saveSession: (body as { save_session: boolean }).save_session })).sessionSaved }),
+  },
+  { method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/adopt$`), operationId: 'AdoptMachine', run: async ({ host }, [, id]) => ({ alive: await host.adopt(id!) }) },
+  {
+    method: 'PUT', pattern: new RegExp(`^/w1/machines/${ID}/identity$`), operationId: 'RefreshIdentity',
+    run: async ({ host }, [, id], body) => (await host.refreshIdentity(id!, fromWire.identity(body as Wire['GuestIdentity'])), done),
+  },
+  { method: 'DELETE', pattern: new RegExp(`^/w1/machines/${ID}/session$`), operationId: 'DiscardSession', run: async ({ host }, [, id]) => (await host.discardSession(id!), done) },
+  { method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/checkpoint$`), operationId: 'CheckpointMachine', run: async ({ host }, [, id]) => ({ taken: (await host.checkpoint(id!)).taken }) },
+  {
+    method: 'GET', pattern: new RegExp(`^/w1/machines/${ID}/console$`), operationId: 'ConsoleTail',
+    run: async ({ host }, [, id], _body, query) => {
+      const lines = Number(query.get('lines'));
+      if (!Number.isInteger(lines) || lines < 1 || lines > 10_000) throw new Refusal(400, 'lines must be an integer from 1 to 10000');
+      // The spec's bound: its JSON (at most 6 bytes a character, escaped) stays under the client's 1 MiB.
+      return { text: (await host.consoleTail(id!, lines)).slice(-100_000) };
+    },
+  },
+];
+
+/** Finds the route, checks the body, runs it. */
+export async function routeRequest(context: RouteContext, method: string, target: string, rawBody: Buffer): Promise<Answer> {
+  const url = new URL(target, 'http://worker');
+  // What was signed is what is routed: a target the URL parser would rewrite (dot segments, encoded
+  // characters, a second slash) is refused, never resolved into another machine's path.
+  if (url.pathname + url.search !== target || !/^\/w1(\/[A-Za-z0-9-]+)+(\?lines=\d{1,5})?$/.test(target)) {
+    return failure(400, 'bad_request', 'the request target is not in its canonical form');
+  }
+  for (const route of ROUTES) {
+    if (route.method !== method) continue;
+    const match = route.pattern.exec(url.pathname);
+    if (!match) continue;
+    let body: unknown = undefined;
+    const validate = validators[`${route.operationId}__body`];
+    if (validate) {
+      try {
+        body = JSON.parse(rawBody.toString('utf8'));
+      } catch {
+        return failure(400, 'bad_request', 'the body is not JSON');
+      }
+      if (!validate(body)) return failure(400, 'bad_request', `the body does not fit ${route.operationId}: ${validate.errors?.[0]?.instancePath ?? ''} ${validate.errors?.[0]?.message ?? ''}`.trim());
+    }
+    try {
+      return { status: 200, body: await route.run(context, match, body, url.searchParams) };
+    } catch (error) {
+      if (error instanceof Refusal) return failure(error.status, error.status === 404 ? 'not_found' : 'bad_request', error.message);
+      return failure(500, 'failed', error instanceof Error ? error.message.slice(0, 2000) : String(error).slice(0, 2000));
+    }
+  }
+  return failure(404, 'not_found', `no ${method} ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
+}
+
+export function failure(status: number, code: Wire['WorkerError']['error']['code'], message: string): Answer {
+  const body: Wire['WorkerError'] = { error: { code, message } };
+  return { status, body };
+}

@@ -1,0 +1,55 @@
+// The secret the control plane and a worker sign with. On one box both read the same file in the
+// data folder, made once (0600, root's); between hosts the control plane keeps its copy encrypted.
+// A file that someone else owns, others may read, or that is a link is refused: whoever planted it
+// would know the secret.
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fstatSync, linkSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { MIN_SECRET_BYTES } from '../protocol/worker-signature';
+
+export class WorkerSecretError extends Error {}
+
+/** Reads the secret file (hex); `create`: writes a new random one first when there is none. */
+export function readWorkerSecret(path: string, options: { create: boolean }): Buffer {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' && options.create) return createSecret(path);
+    if (code === 'ENOENT') throw new WorkerSecretError(`the worker secret file ${path} does not exist`);
+    if (code === 'ELOOP') throw new WorkerSecretError(`the worker secret file ${path} is a symbolic link`);
+    throw new WorkerSecretError(`the worker secret file ${path} cannot be read (${code ?? String(error)})`);
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw new WorkerSecretError(`the worker secret file ${path} is not a file`);
+    if (stat.uid !== process.getuid?.()) throw new WorkerSecretError(`the worker secret file ${path} belongs to another user`);
+    if ((stat.mode & 0o077) !== 0) throw new WorkerSecretError(`the worker secret file ${path} may be read by others (chmod 600 it)`);
+    return parseSecret(path, readFileSync(fd, 'utf8'));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Written whole under a private name and linked into place: a reader never sees it half-written, and a file already there wins. */
+function createSecret(path: string): Buffer {
+  const text = `${randomBytes(MIN_SECRET_BYTES).toString('hex')}\n`;
+  const staging = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  writeFileSync(staging, text, { mode: 0o600, flag: 'wx' });
+  try {
+    linkSync(staging, path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  } finally {
+    rmSync(staging, { force: true });
+  }
+  return readWorkerSecret(path, { create: false });
+}
+
+function parseSecret(path: string, text: string): Buffer {
+  const hex = text.trim();
+  if (!/^[0-9a-f]+$/.test(hex) || hex.length < MIN_SECRET_BYTES * 2) {
+    throw new WorkerSecretError(`the worker secret file ${path} must hold at least ${MIN_SECRET_BYTES} bytes as hex`);
+  }
+  return Buffer.from(hex, 'hex');
+}
