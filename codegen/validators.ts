@@ -64,8 +64,11 @@ function jsonSchemaOf(content: Record<string, any> | undefined): unknown | undef
   return media?.schema ? portable(media.schema) : undefined;
 }
 
-/** `errorSchema`: the components schema every error answer has, exported under its own name. */
-export function renderValidators(doc: OpenApiDocument, errorSchema = 'ErrorResponse'): { params: string; bodies: string } {
+/**
+ * `namedSchemas`: components schemas exported under their own names (the one every error answer
+ * has; messages a stream carries, which no operation's body names).
+ */
+export function renderValidators(doc: OpenApiDocument, namedSchemas: readonly string[] = ['ErrorResponse']): { params: string; bodies: string } {
   doc_ = doc;
   const paramsAjv = newAjv({ coerceTypes: true, useDefaults: true });
   const bodiesAjv = newAjv({});
@@ -94,8 +97,10 @@ export function renderValidators(doc: OpenApiDocument, errorSchema = 'ErrorRespo
       bodyExports[name] = name;
     }
   }
-  bodiesAjv.addSchema({ $ref: `${COMPONENTS_ID}#/$defs/${errorSchema}` }, errorSchema);
-  bodyExports[errorSchema] = errorSchema;
+  for (const name of namedSchemas) {
+    bodiesAjv.addSchema({ $ref: `${COMPONENTS_ID}#/$defs/${name}` }, name);
+    bodyExports[name] = name;
+  }
   const header = `/* eslint-disable */\n${BANNER}`;
   return {
     params: header + standaloneCode(paramsAjv, paramExports),

@@ -33,19 +33,16 @@ import { AgentCallError } from './agent/errors';
 import { ExecHandle } from './agent/exec-handle';
 import { AgentClientOptions, NOOP_LOGGER, RequestOptions, ResolvedOptions, resolveOptions } from './agent/options';
 import { HostKeyShape, type ParsedResult } from '../protocol/agent-shapes';
+import { runToEnd, type RunResult } from './agent/run-to-end';
 import { AgentTcpStream } from './agent/tcp-stream';
 import type { GuestAgent } from './guest-agent';
 
-/** The most output run() collects (it is for small outputs): a call may ask for less. */
-export const RUN_OUTPUT_LIMIT = 4 * 1024 * 1024;
-/** run()'s deadline when the call names neither one nor a timeout for the command. */
-export const RUN_DEADLINE_MS = 60_000;
 
 export { AgentCallError } from './agent/errors';
 export type { AgentCallErrorCode } from './agent/errors';
 export type { AgentClientOptions, AgentLogger, RequestOptions } from './agent/options';
 export { ExecHandle } from './agent/exec-handle';
-export type { ExecChunk } from './agent/exec-handle';
+export type { ExecChunk, ExecStream } from './agent/exec-stream';
 
 export interface AgentClientEvents {
   connected: [hello: HelloResult];
@@ -195,32 +192,9 @@ export class AgentClient extends EventEmitter<AgentClientEvents> implements Gues
     return handle as unknown as ExecHandle;
   }
 
-  /**
-   * Runs a command to its end and collects its output, at most RUN_OUTPUT_LIMIT bytes (or the
-   * call's output_limit_bytes). options.timeoutMs is the deadline of the whole run; without it,
-   * the command's timeout plus the client's exitGraceMs, or RUN_DEADLINE_MS.
-   */
-  async run(params: ExecStartParams, options: RequestOptions = {}): Promise<ExecExitEvent & { stdout: Buffer; stderr: Buffer }> {
-    const limit = Math.min(params.output_limit_bytes ?? RUN_OUTPUT_LIMIT, RUN_OUTPUT_LIMIT);
-    const deadlineMs = options.timeoutMs ?? (params.timeout_ms ? params.timeout_ms + this.opts.exitGraceMs : RUN_DEADLINE_MS);
-    const deadline = Date.now() + deadlineMs;
-    const handle = await this.exec({ ...params, output_limit_bytes: limit }, { timeoutMs: deadlineMs });
-    const timer = setTimeout(() => handle.giveUp(new AgentCallError('timeout', `${params.argv[0]}: did not finish within ${deadlineMs} ms`)), deadline - Date.now());
-    try {
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      let bytes = 0;
-      for await (const chunk of handle) {
-        bytes += chunk.data.length;
-        // The agent cuts output at the limit; more is an agent that ignores it.
-        if (bytes > limit) handle.giveUp(new AgentCallError('protocol', `${params.argv[0]}: output beyond its limit of ${limit} bytes`));
-        else (chunk.stream === 'stdout' ? out : err).push(chunk.data);
-      }
-      const exit = await handle.exit;
-      return { ...exit, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
-    } finally {
-      clearTimeout(timer);
-    }
+  /** Runs a command to its end and collects its output (runToEnd: bounded, with a deadline). */
+  run(params: ExecStartParams, options: RequestOptions = {}): Promise<RunResult> {
+    return runToEnd((p, o) => this.exec(p, o), params, options, this.opts.exitGraceMs);
   }
 
   /** A byte stream to a TCP port inside the guest. */

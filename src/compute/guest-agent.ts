@@ -2,18 +2,18 @@
 // makes, not the connection's upkeep. AgentClient implements it; the domain depends on this alone.
 import type { Duplex } from 'node:stream';
 import type { ExecExitEvent, ExecStartParams, MetricsResult } from '../protocol/agent';
-import type { ExecHandle } from './agent/exec-handle';
+import type { ExecStream } from './agent/exec-stream';
 import type { RequestOptions } from './agent/options';
 
 // What the agent's callers need along with it: its errors and the exec handle.
 export { AgentCallError } from './agent/errors';
 export type { AgentCallErrorCode } from './agent/errors';
-export type { ExecChunk, ExecHandle } from './agent/exec-handle';
+export type { ExecChunk, ExecStream } from './agent/exec-stream';
 export type { RequestOptions } from './agent/options';
 
 export interface GuestAgent {
   /** Starts a command; its output is read from the handle, at the reader's pace. */
-  exec(params: ExecStartParams, options?: RequestOptions): Promise<ExecHandle>;
+  exec(params: ExecStartParams, options?: RequestOptions): Promise<ExecStream>;
   /** Runs a command to its end and collects its output (for small outputs). */
   run(params: ExecStartParams, options?: RequestOptions): Promise<ExecExitEvent & { stdout: Buffer; stderr: Buffer }>;
   metrics(sampleMs?: number, options?: RequestOptions): Promise<MetricsResult>;

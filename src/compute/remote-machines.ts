@@ -4,27 +4,19 @@
 import type { components } from '../generated/worker-api';
 import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, ImageBuildState, ImageProfile, Machines, MachineShape, StartedMachine } from './machine-host';
 import type { WorkerClient } from './worker-client';
-import { fromWire, wire } from './worker-wire';
+import { fromWire, machinePath, wire } from './worker-wire';
 
 type Wire = components['schemas'];
 
 /** A machine operation may take this long under TCG (a cold boot of a desktop image, a large copy). */
 const MACHINE_OPERATION_MS = 15 * 60_000;
-/** worker-api.yaml's MachineId. */
-const MACHINE_ID = /^[A-Za-z0-9-]{1,80}$/;
 
 export class RemoteMachines implements Machines {
   constructor(private readonly worker: WorkerClient) {}
 
-  /** A machine's path; an id outside the protocol's alphabet never becomes one (`.` or `..` would name another path). */
-  private machine(id: string, action = ''): string {
-    if (!MACHINE_ID.test(id)) throw new Error(`not a machine id: ${JSON.stringify(id).slice(0, 100)}`);
-    return `/w1/machines/${id}${action ? `/${action}` : ''}`;
-  }
-
   private start(operationId: 'CreateMachine' | 'BootMachine' | 'ResumeMachine', id: string, action: string, image: HostImage, shape: MachineShape, identity: GuestIdentity) {
     const body: Wire['StartRequest'] = { image: wire.image(image), shape: wire.shape(shape), identity: wire.identity(identity) };
-    return this.worker.call('POST', this.machine(id, action), operationId, body, MACHINE_OPERATION_MS) as Promise<Wire['StartedMachine']>;
+    return this.worker.call('POST', machinePath(id, action), operationId, body, MACHINE_OPERATION_MS) as Promise<Wire['StartedMachine']>;
   }
 
   async create(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<CreatedMachine> {
@@ -33,7 +25,7 @@ export class RemoteMachines implements Machines {
 
   async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
     const body: Wire['ForkRequest'] = { source_id: sourceId, image: wire.image(image), shape: wire.shape(shape), identity: wire.identity(identity), memory: options.memory };
-    return fromWire.started((await this.worker.call('POST', this.machine(targetId, 'fork'), 'ForkMachine', body, MACHINE_OPERATION_MS)) as Wire['StartedMachine']);
+    return fromWire.started((await this.worker.call('POST', machinePath(targetId, 'fork'), 'ForkMachine', body, MACHINE_OPERATION_MS)) as Wire['StartedMachine']);
   }
 
   async boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
@@ -45,11 +37,11 @@ export class RemoteMachines implements Machines {
   }
 
   async refreshIdentity(id: string, identity: GuestIdentity): Promise<void> {
-    await this.worker.call('PUT', this.machine(id, 'identity'), 'RefreshIdentity', wire.identity(identity), MACHINE_OPERATION_MS);
+    await this.worker.call('PUT', machinePath(id, 'identity'), 'RefreshIdentity', wire.identity(identity), MACHINE_OPERATION_MS);
   }
 
   private async state(id: string): Promise<Wire['MachineState']> {
-    return (await this.worker.call('GET', this.machine(id), 'GetMachine')) as Wire['MachineState'];
+    return (await this.worker.call('GET', machinePath(id), 'GetMachine')) as Wire['MachineState'];
   }
 
   async hasSession(id: string): Promise<boolean> {
@@ -61,20 +53,20 @@ export class RemoteMachines implements Machines {
   }
 
   async discardSession(id: string): Promise<void> {
-    await this.worker.call('DELETE', this.machine(id, 'session'), 'DiscardSession');
+    await this.worker.call('DELETE', machinePath(id, 'session'), 'DiscardSession');
   }
 
   async stop(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
-    const answer = (await this.worker.call('POST', this.machine(id, 'stop'), 'StopMachine', { save_session: options.saveSession }, MACHINE_OPERATION_MS)) as { session_saved: boolean };
+    const answer = (await this.worker.call('POST', machinePath(id, 'stop'), 'StopMachine', { save_session: options.saveSession }, MACHINE_OPERATION_MS)) as { session_saved: boolean };
     return { sessionSaved: answer.session_saved };
   }
 
   async adopt(id: string): Promise<boolean> {
-    return ((await this.worker.call('POST', this.machine(id, 'adopt'), 'AdoptMachine', undefined, 60_000)) as Wire['Alive']).alive;
+    return ((await this.worker.call('POST', machinePath(id, 'adopt'), 'AdoptMachine', undefined, 60_000)) as Wire['Alive']).alive;
   }
 
   async checkpoint(id: string): Promise<{ taken: boolean }> {
-    return (await this.worker.call('POST', this.machine(id, 'checkpoint'), 'CheckpointMachine', undefined, MACHINE_OPERATION_MS)) as { taken: boolean };
+    return (await this.worker.call('POST', machinePath(id, 'checkpoint'), 'CheckpointMachine', undefined, MACHINE_OPERATION_MS)) as { taken: boolean };
   }
 
   async removeUnusedLayers(): Promise<void> {
@@ -86,11 +78,11 @@ export class RemoteMachines implements Machines {
   }
 
   async destroy(id: string): Promise<void> {
-    await this.worker.call('DELETE', this.machine(id), 'DestroyMachine', undefined, MACHINE_OPERATION_MS);
+    await this.worker.call('DELETE', machinePath(id), 'DestroyMachine', undefined, MACHINE_OPERATION_MS);
   }
 
   async consoleTail(id: string, lines: number): Promise<string> {
-    return ((await this.worker.call('GET', `${this.machine(id, 'console')}?lines=${lines}`, 'ConsoleTail')) as { text: string }).text;
+    return ((await this.worker.call('GET', `${machinePath(id, 'console')}?lines=${lines}`, 'ConsoleTail')) as { text: string }).text;
   }
 
   async knownMachineIds(): Promise<string[]> {

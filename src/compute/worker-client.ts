@@ -4,6 +4,7 @@
 // reached is WorkerUnreachableError (the API's N01); one that answers what does not fit is
 // WorkerProtocolError, and its answer is never used.
 import { request, type IncomingMessage } from 'node:http';
+import { WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import { peerText } from '../protocol/peer-input';
@@ -17,16 +18,20 @@ export type WorkerChecks = components['schemas']['WorkerChecks'];
 
 export class WorkerUnreachableError extends Error {}
 export class WorkerProtocolError extends Error {}
-/** The worker answered, validly, with an error of the protocol. */
+/** The worker answered, validly, with an error of the protocol (`agentCode`: how a guest agent call failed). */
 export class WorkerCallError extends Error {
   constructor(
     readonly status: number,
     readonly code: components['schemas']['WorkerError']['error']['code'],
     message: string,
+    readonly agentCode?: components['schemas']['AgentErrorCode'],
   ) {
     super(message);
   }
 }
+
+/** Largest WebSocket message a worker may send on a stream (exec output and TCP bytes come in pieces). */
+const MAX_STREAM_MESSAGE_BYTES = 1024 * 1024;
 
 export interface WorkerClientSettings {
   socketPath: string;
@@ -54,8 +59,49 @@ export class WorkerClient {
     const body = requestBody === undefined ? '' : JSON.stringify(requestBody);
     const headers = signRequest(this.settings.secret, method, path, body);
     const answer = await this.send(method, path, headers, body, timeoutMs ?? this.settings.timeoutMs ?? 10_000);
+    return this.checked(operationId, headers[SIGNATURE_HEADERS.nonce]!, answer);
+  }
+
+  /**
+   * A stream of worker-api.yaml (a signed WebSocket upgrade): open once the 101 carries the
+   * worker's signature over this request's nonce; a refusal is checked as any answer and thrown.
+   * `attach` takes the open socket at once, before any message of it can be read (a message that
+   * came with the 101 would otherwise be delivered to nobody), and what it makes is the result.
+   */
+  upgrade<T>(path: string, operationId: string, attach: (ws: WebSocket) => T, timeoutMs?: number): Promise<T> {
+    const headers = signRequest(this.settings.secret, 'GET', path, '');
+    const nonce = headers[SIGNATURE_HEADERS.nonce]!;
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(`ws+unix://${this.settings.socketPath}:${path}`, {
+        headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: timeoutMs ?? this.settings.timeoutMs ?? 10_000, followRedirects: false,
+      });
+      let signed = false;
+      ws.once('upgrade', (res: IncomingMessage) => {
+        const signature = res.headers[SIGNATURE_HEADERS.signature];
+        signed = answerSignedBy(this.settings.secret, 101, nonce, Buffer.alloc(0), typeof signature === 'string' ? signature : undefined);
+      });
+      ws.once('open', () => {
+        if (signed) return resolve(attach(ws));
+        ws.terminate();
+        reject(new WorkerProtocolError(`${operationId}: the upgrade is not signed by the worker`));
+      });
+      ws.once('unexpected-response', (req, res: IncomingMessage) => {
+        readBounded(res, `GET ${path}`)
+          .then((body) => {
+            this.checked(operationId, nonce, { status: res.statusCode ?? 0, headers: res.headers, body });
+            throw new WorkerProtocolError(`${operationId}: the worker answered ${res.statusCode} instead of an upgrade`);
+          })
+          .catch(reject)
+          .finally(() => req.destroy());
+      });
+      ws.once('error', (error) => reject(new WorkerUnreachableError(`GET ${path}: the worker cannot be reached (${error.message})`)));
+    });
+  }
+
+  /** An answer as the protocol allows it, or the error it stands for. */
+  private checked(operationId: string, nonce: string, answer: { status: number; headers: IncomingMessage['headers']; body: Buffer }): unknown {
     const signature = answer.headers[SIGNATURE_HEADERS.signature];
-    if (!answerSignedBy(this.settings.secret, answer.status, headers[SIGNATURE_HEADERS.nonce], answer.body, typeof signature === 'string' ? signature : undefined)) {
+    if (!answerSignedBy(this.settings.secret, answer.status, nonce, answer.body, typeof signature === 'string' ? signature : undefined)) {
       throw new WorkerProtocolError(`${operationId}: the answer is not signed by the worker`);
     }
     let parsed: unknown;
@@ -69,25 +115,15 @@ export class WorkerClient {
     if (!validate) throw new WorkerProtocolError(`${operationId}: status ${answer.status} is not one the protocol gives it`);
     if (!validate(parsed)) throw new WorkerProtocolError(`${operationId}: the answer (${answer.status}) does not fit the protocol (${peerText(validate.errors?.[0]?.message ?? '', 200)})`);
     if (answer.status === 200) return parsed;
-    const { code, message } = (parsed as components['schemas']['WorkerError']).error;
-    throw new WorkerCallError(answer.status, code, `${operationId}: ${peerText(message, 500)}`);
+    const { code, message, agent_code: agentCode } = (parsed as components['schemas']['WorkerError']).error;
+    throw new WorkerCallError(answer.status, code, `${operationId}: ${peerText(message, 500)}`, agentCode);
   }
 
   private send(method: string, path: string, headers: Record<string, string>, body: string, timeoutMs: number): Promise<{ status: number; headers: IncomingMessage['headers']; body: Buffer }> {
     return new Promise((resolve, reject) => {
       const contentHeaders = body ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } : { 'content-length': '0' };
       const req = request({ socketPath: this.settings.socketPath, method, path, headers: { ...headers, ...contentHeaders } }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > MAX_ANSWER_BYTES) {
-            res.destroy();
-            reject(new WorkerProtocolError(`${method} ${path}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`));
-          } else chunks.push(chunk);
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-        res.on('error', (error) => reject(new WorkerUnreachableError(`${method} ${path}: ${error.message}`)));
+        readBounded(res, `${method} ${path}`).then((answer) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: answer }), reject);
       });
       // A deadline for the whole answer, not only for silence: a worker that trickles bytes ends too.
       const deadline = setTimeout(() => req.destroy(new Error(`no whole answer within ${timeoutMs} ms`)), timeoutMs);
@@ -96,4 +132,21 @@ export class WorkerClient {
       req.end(body);
     });
   }
+}
+
+/** An answer's body, at most MAX_ANSWER_BYTES. */
+function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_ANSWER_BYTES) {
+        res.destroy();
+        reject(new WorkerProtocolError(`${what}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`));
+      } else chunks.push(chunk);
+    });
+    res.on('end', () => resolve(Buffer.concat(chunks)));
+    res.on('error', (error) => reject(new WorkerUnreachableError(`${what}: ${error.message}`)));
+  });
 }

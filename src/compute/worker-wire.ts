@@ -5,6 +5,15 @@ import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineS
 
 type Wire = components['schemas'];
 
+/** worker-api.yaml's MachineId. */
+const MACHINE_ID = /^[A-Za-z0-9-]{1,80}$/;
+
+/** A machine's path in the protocol; an id outside its alphabet never becomes one (`.` or `..` would name another path). */
+export function machinePath(id: string, action = ''): string {
+  if (!MACHINE_ID.test(id)) throw new Error(`not a machine id: ${JSON.stringify(id).slice(0, 100)}`);
+  return `/w1/machines/${id}${action ? `/${action}` : ''}`;
+}
+
 export const wire = {
   image: (image: HostImage): Wire['HostImage'] => ({
     profile: image.profile,

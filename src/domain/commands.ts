@@ -4,7 +4,7 @@
 // that goes away, or an interrupt, cancels the command.
 import { createHash } from 'node:crypto';
 import { KisteError } from '../errors';
-import { AgentCallError, type ExecHandle } from '../compute/guest-agent';
+import { AgentCallError, type ExecStream } from '../compute/guest-agent';
 import type { GuestAgents } from '../compute/machine-host';
 import type { Command, CommandOutcome, CommandStore } from '../store/commands';
 import { appendEvent } from '../store/events';
@@ -109,7 +109,7 @@ export class Commands {
     return { accepted: true, command: updated };
   }
 
-  private startInAgent(instanceId: string, input: ExecInput): Promise<ExecHandle> {
+  private startInAgent(instanceId: string, input: ExecInput): Promise<ExecStream> {
     return this.host.agent(instanceId).exec({
       argv: input.argv,
       cwd: input.cwd ?? null,
@@ -119,14 +119,14 @@ export class Commands {
     });
   }
 
-  private async *stream(record: Command, name: string, clientGone: AbortSignal, start: () => Promise<ExecHandle>): AsyncIterable<ExecEvent> {
+  private async *stream(record: Command, name: string, clientGone: AbortSignal, start: () => Promise<ExecStream>): AsyncIterable<ExecEvent> {
     const id = record.id;
     // An interrupt may come while the agent is still starting the command: remember it.
     let interruptedEarly = false;
     this.cancels.set(id, () => void (interruptedEarly = true));
     const starting = start();
     starting.catch(() => undefined); // awaited below; a stream closed before that must not leave it unhandled
-    let exec: ExecHandle | undefined;
+    let exec: ExecStream | undefined;
     let settled = false;
     const settle = (data: CommandOutcome) => {
       settled = true;
@@ -189,7 +189,7 @@ export class Commands {
 }
 
 /** Cancels a command whose start may still be under way (nothing to do if it failed to start). */
-function cancelOnceStarted(starting: Promise<ExecHandle>): void {
+function cancelOnceStarted(starting: Promise<ExecStream>): void {
   void starting.then((handle) => handle.cancel(), () => undefined).catch(() => undefined);
 }
 

@@ -6,7 +6,7 @@
 // Sessions live in this process (a service restart ends them: the agent stops their commands).
 import { KisteError } from '../errors';
 import { AccountSlots } from './account-slots';
-import type { ExecHandle } from '../compute/guest-agent';
+import type { ExecStream } from '../compute/guest-agent';
 import type { GuestAgents } from '../compute/machine-host';
 import type { Clock } from './clock';
 import type { Instances } from './instances';
@@ -43,8 +43,8 @@ export class TerminalSession {
   expiresAt: Date;
   cols: number;
   rows: number;
-  private shell: ExecHandle | null = null;
-  private starting: Promise<ExecHandle> | null = null;
+  private shell: ExecStream | null = null;
+  private starting: Promise<ExecStream> | null = null;
   private peer: TerminalPeer | null = null;
   private recent: Buffer[] = [];
   private typedEarly: Buffer[] = [];
@@ -153,7 +153,7 @@ export class TerminalSession {
     }
   }
 
-  private async pump(shell: ExecHandle): Promise<void> {
+  private async pump(shell: ExecStream): Promise<void> {
     try {
       for await (const chunk of shell) {
         this.remember(chunk.data);

@@ -22,6 +22,68 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/execs/{exec}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** SIGTERM, then SIGKILL after grace_ms; the command ends with status cancelled */
+        post: operations["CancelExec"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/execs/{exec}/signal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Sends a signal to the command's process group */
+        post: operations["SignalExec"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/execs/{exec}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The command's output, stdin and exit, as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade (the 101 answer carries `x-kiste-signature` over status 101, the
+         *     request's nonce and an empty body). Once per command. Worker to control plane: binary
+         *     messages of one byte (1 stdout, 2 stderr) then the bytes, in the order the agent read them;
+         *     then one text message, `ExecStreamEnd`, and the close. Control plane to worker: binary
+         *     messages are stdin (when the command was started with `stdin: true`), the text message
+         *     `{"type":"stdin_end"}` closes it. Both sides read at their pace: the worker takes the next
+         *     chunk from the agent (and so gives the agent credit) only while less than 1 MiB waits to
+         *     be written to the control plane, and stops reading stdin while the agent has no credit for
+         *     it. Closing the WebSocket before the end gives the command up: the agent cancels it.
+         */
+        get: operations["AttachExec"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/hello": {
         parameters: {
             query?: never;
@@ -123,6 +185,68 @@ export interface paths {
         put?: never;
         /** After a restart of either side, reconnects to the machine if it still runs */
         post: operations["AdoptMachine"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/machines/{id}/agent/execs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts a command in the machine's guest; its output is read by attaching to it
+         * @description The command starts at once; its output waits (bounded by the agent's credit window) until
+         *     the stream is attached (`GET /w1/execs/{exec}/stream`). A command not attached within 30 s
+         *     is cancelled. At most 1024 commands are open on a worker.
+         */
+        post: operations["StartExec"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/machines/{id}/agent/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A usage sample from the machine's guest agent */
+        post: operations["AgentMetrics"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/machines/{id}/agent/tcp/{port}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A byte stream to a TCP port on the guest's loopback, as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`. Binary messages both ways are the bytes;
+         *     either side's close ends the stream. Each side reads only as fast as the other end takes
+         *     (the agent's credit on the worker's side, the socket's buffer on the control plane's).
+         *     A port the guest refuses answers 500 with `agent_code` `connect_failed`.
+         */
+        get: operations["OpenTcp"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -308,8 +432,46 @@ export interface components {
     schemas: {
         /** @enum {string} */
         Accelerator: "kvm" | "tcg";
+        /**
+         * @description The host side's agent error codes (src/compute/agent/errors.ts): the agent's own, and how a call failed on the way.
+         * @enum {string}
+         */
+        AgentErrorCode: "bad_request" | "unknown_method" | "hello_required" | "unsupported_protocol" | "spawn_failed" | "no_such_channel" | "connect_failed" | "too_many_channels" | "command_failed" | "internal" | "timeout" | "disconnected" | "closed" | "protocol" | "bad_response" | "stalled";
         Alive: {
             alive: boolean;
+        };
+        /** @description The agent's `exec.start` parameters (agent/PROTOCOL.md) less the window, which the worker sets. */
+        ExecStart: {
+            argv: string[];
+            cwd?: string | null;
+            env?: {
+                [key: string]: string;
+            };
+            output_limit_bytes?: number;
+            /** @description How long the agent may take to start it. */
+            request_timeout_ms?: number;
+            stdin?: boolean;
+            timeout_ms?: number;
+        };
+        ExecStarted: {
+            exec: string;
+            pid: number;
+        };
+        /**
+         * @description The last message of an exec stream: the command's exit (the agent's `exec.exit` event, whose
+         *     shape src/protocol/agent-shapes.ts declares and both sides check), or why it was given up.
+         */
+        ExecStreamEnd: {
+            exit: {
+                [key: string]: unknown;
+            };
+            /** @constant */
+            type: "exit";
+        } | {
+            code: components["schemas"]["AgentErrorCode"];
+            message: string;
+            /** @constant */
+            type: "error";
         };
         ForkRequest: {
             identity: components["schemas"]["GuestIdentity"];
@@ -354,6 +516,9 @@ export interface components {
             running: boolean;
             session_saved: boolean;
         };
+        MetricsRequest: {
+            sample_ms?: number;
+        };
         StartedMachine: {
             host_keys: {
                 algorithm: string;
@@ -380,6 +545,8 @@ export interface components {
         };
         WorkerError: {
             error: {
+                /** @description When a call to the guest agent failed, how (the control plane raises the same AgentCallError). */
+                agent_code?: components["schemas"]["AgentErrorCode"];
                 /** @enum {string} */
                 code: "unauthorized" | "not_found" | "bad_request" | "internal" | "failed";
                 message: string;
@@ -441,6 +608,7 @@ export interface components {
         };
     };
     parameters: {
+        ExecId: string;
         MachineId: string;
     };
     requestBodies: never;
@@ -466,6 +634,98 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["WorkerChecks"];
                 };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    CancelExec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                exec: components["parameters"]["ExecId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    grace_ms?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Whether the cancel was taken. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        accepted: boolean;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    SignalExec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                exec: components["parameters"]["ExecId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    signal: string | number;
+                };
+            };
+        };
+        responses: {
+            /** @description Whether it was delivered. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        delivered: boolean;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    AttachExec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                exec: components["parameters"]["ExecId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
@@ -626,6 +886,97 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Alive"];
                 };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    StartExec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExecStart"];
+            };
+        };
+        responses: {
+            /** @description The command runs. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecStarted"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    AgentMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MetricsRequest"];
+            };
+        };
+        responses: {
+            /**
+             * @description The agent's `metrics` result as agent/PROTOCOL.md gives it. Its shape is declared once,
+             *     in src/protocol/agent-shapes.ts, which both the worker (on the agent's answer) and the
+             *     control plane (on this answer) check it against.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    OpenTcp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+                port: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
@@ -923,6 +1274,7 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const acceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["Accelerator"]> = ["kvm", "tcg"];
+export const agentErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AgentErrorCode"]> = ["bad_request", "unknown_method", "hello_required", "unsupported_protocol", "spawn_failed", "no_such_channel", "connect_failed", "too_many_channels", "command_failed", "internal", "timeout", "disconnected", "closed", "protocol", "bad_response", "stalled"];
 export const imageProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]> = ["minimal", "desktop", "desktop-lite"];
 export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageState"]["build"]["state"]> = ["building", "ready", "failed"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];

@@ -12,6 +12,7 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { SshTunnel, TunnelEnd, TunnelPeer } from '../domain/ssh-tunnels';
 import type { TerminalPeer, TerminalSession } from '../domain/terminals';
 import type { DesktopStream } from '../domain/desktops';
+import { bufferOf, isWebSocketHandshake } from '../net/websocket';
 
 /** What a handler gets for an upgrade request (null for a plain request: 426 P08). */
 export interface WebSocketUpgrade {
@@ -56,20 +57,6 @@ export function serveWebSockets(server: Server, app: RequestListener): { close()
     app(req, res);
   });
   return { close: () => wss.close() };
-}
-
-function isWebSocketHandshake(req: IncomingMessage): boolean {
-  return (
-    req.method === 'GET' &&
-    String(req.headers.upgrade ?? '').toLowerCase() === 'websocket' &&
-    typeof req.headers['sec-websocket-key'] === 'string' &&
-    req.headers['sec-websocket-version'] === '13'
-  );
-}
-
-/** A message's payload as one Buffer, whichever form ws delivered it in. */
-function bufferOf(data: RawData): Buffer {
-  return Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
 }
 
 /** Close codes a tunnel ends with (4000–4999: private use). */

@@ -5,6 +5,8 @@ import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import type { ImageProfile, MachineHost } from '../compute/machine-host';
 import { fromWire, wire } from '../compute/worker-wire';
+import { AgentCallError } from '../compute/agent/errors';
+import { execParams, type ExecTable } from './agent-streams';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -15,6 +17,7 @@ export interface RouteContext {
   host: MachineHost;
   version: string;
   startedAt: string;
+  execs: ExecTable;
 }
 
 interface Route {
@@ -26,6 +29,7 @@ interface Route {
 }
 
 const ID = '([A-Za-z0-9-]{1,80})';
+const EXEC = '([0-9a-f]{32})';
 const PROFILES: readonly ImageProfile[] = ['minimal', 'desktop', 'desktop-lite'];
 const done = {};
 
@@ -120,7 +124,39 @@ const ROUTES: Route[] = [
       return { text: (await host.consoleTail(id!, lines)).slice(-100_000) };
     },
   },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/agent/metrics$`), operationId: 'AgentMetrics',
+    run: async ({ host }, [, id], body) => (await runningAgent(host, id!)).metrics((body as Wire['MetricsRequest']).sample_ms),
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/agent/execs$`), operationId: 'StartExec',
+    run: async ({ host, execs }, [, id], body) => {
+      const request = body as Wire['ExecStart'];
+      const agent = await runningAgent(host, id!);
+      return execs.start(() => agent.exec(execParams(request), request.request_timeout_ms ? { timeoutMs: request.request_timeout_ms } : undefined));
+    },
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/execs/${EXEC}/signal$`), operationId: 'SignalExec',
+    run: async ({ execs }, [, exec], body) => ({ delivered: await openExec(execs, exec!).signal((body as { signal: NodeJS.Signals | number }).signal) }),
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/execs/${EXEC}/cancel$`), operationId: 'CancelExec',
+    run: async ({ execs }, [, exec], body) => ({ accepted: await openExec(execs, exec!).cancel((body as { grace_ms?: number }).grace_ms) }),
+  },
 ];
+
+/** A running machine's agent; a machine that is not running fails as a lost agent link would (retryable). */
+export async function runningAgent(host: MachineHost, id: string) {
+  if (!(await host.isRunning(id))) throw new AgentCallError('disconnected', `machine ${id} is not running`);
+  return host.agent(id);
+}
+
+function openExec(execs: ExecTable, id: string) {
+  const stream = execs.find(id);
+  if (!stream) throw new Refusal(404, `no open command ${id}`);
+  return stream;
+}
 
 /** Finds the route, checks the body, runs it. */
 export async function routeRequest(context: RouteContext, method: string, target: string, rawBody: Buffer): Promise<Answer> {
@@ -147,14 +183,33 @@ export async function routeRequest(context: RouteContext, method: string, target
     try {
       return { status: 200, body: await route.run(context, match, body, url.searchParams) };
     } catch (error) {
-      if (error instanceof Refusal) return failure(error.status, error.status === 404 ? 'not_found' : 'bad_request', error.message);
-      return failure(500, 'failed', error instanceof Error ? error.message.slice(0, 2000) : String(error).slice(0, 2000));
+      return failureOf(error);
     }
   }
   return failure(404, 'not_found', `no ${method} ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }
 
-export function failure(status: number, code: Wire['WorkerError']['error']['code'], message: string): Answer {
-  const body: Wire['WorkerError'] = { error: { code, message } };
+export function failure(status: number, code: Wire['WorkerError']['error']['code'], message: string, agentCode?: Wire['AgentErrorCode']): Answer {
+  const body: Wire['WorkerError'] = { error: { code, message: message.slice(0, 2000), ...(agentCode ? { agent_code: agentCode } : {}) } };
   return { status, body };
+}
+
+/** A route's error as the protocol answers it: a refusal, a failed agent call (with its code), or a failed operation. */
+export function failureOf(error: unknown): Answer {
+  if (error instanceof Refusal) return failure(error.status, error.status === 404 ? 'not_found' : 'bad_request', error.message);
+  if (error instanceof AgentCallError) return failure(500, 'failed', error.message, error.code);
+  return failure(500, 'failed', error instanceof Error ? error.message : String(error));
+}
+
+/** An upgrade's route (AttachExec, OpenTcp): what it names, or the answer that refuses it. */
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number };
+
+export function upgradeTarget(target: string): UpgradeTarget | Answer {
+  const url = new URL(target, 'http://worker');
+  if (url.pathname + url.search !== target) return failure(400, 'bad_request', 'the request target is not in its canonical form');
+  const exec = new RegExp(`^/w1/execs/${EXEC}/stream$`).exec(target);
+  if (exec) return { kind: 'exec', exec: exec[1]! };
+  const tcp = new RegExp(`^/w1/machines/${ID}/agent/tcp/([1-9][0-9]{0,4})$`).exec(target);
+  if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
+  return failure(404, 'not_found', `no WebSocket at ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }

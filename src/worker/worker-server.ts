@@ -1,14 +1,24 @@
 // The worker side of worker-api.yaml: an HTTP listener (a unix socket on one box, TLS between
 // hosts) that takes only signed requests, checks their bodies against the spec, and signs every
-// answer. What it serves is in worker-routes.ts.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+// answer, the 101 of a WebSocket upgrade too. What it serves is in worker-routes.ts; the streams
+// in agent-streams.ts.
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { chmodSync, rmSync } from 'node:fs';
+import { WebSocketServer, type WebSocket } from 'ws';
 import type { MachineHost } from '../compute/machine-host';
 import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/worker-signature';
-import { failure, routeRequest, type Answer } from './worker-routes';
+import { isWebSocketHandshake } from '../net/websocket';
+import { carryTcp, ExecTable } from './agent-streams';
+import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer } from './worker-routes';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
+/** Largest WebSocket message the control plane may send (stdin and TCP bytes come in pieces). */
+const MAX_MESSAGE_BYTES = 1024 * 1024;
+/** How long the guest's TCP port may take to accept. */
+const TCP_OPEN_MS = 10_000;
 
 export interface WorkerServerSettings {
   secret: Buffer;
@@ -21,10 +31,18 @@ export class WorkerServer {
   private readonly verifier: RequestVerifier;
   private readonly startedAt = new Date().toISOString();
   private readonly server: Server;
+  private readonly execs = new ExecTable();
+  private readonly sockets = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
+  /** The verified nonce of each upgrade request, for the signature of its 101. */
+  private readonly upgradeNonces = new WeakMap<IncomingMessage, string>();
 
   constructor(private readonly settings: WorkerServerSettings) {
     this.verifier = new RequestVerifier(settings.secret);
     this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket as Socket, head));
+    this.sockets.on('headers', (headers: string[], req: IncomingMessage) => {
+      headers.push(`${SIGNATURE_HEADERS.signature}: ${signAnswer(settings.secret, 101, this.upgradeNonces.get(req) ?? '', '')}`);
+    });
   }
 
   /** Listens on a unix socket only its owner may open (the control plane runs as the same user). */
@@ -44,10 +62,55 @@ export class WorkerServer {
   }
 
   close(): Promise<void> {
+    this.execs.closeAll();
+    for (const ws of this.sockets.clients) ws.terminate();
+    this.sockets.close();
     return new Promise((resolve) => {
       this.server.close(() => resolve());
       this.server.closeAllConnections();
     });
+  }
+
+  /** A stream (AttachExec, OpenTcp): verified and routed like any request, answered before the handshake when refused. */
+  private async upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+    socket.on('error', () => socket.destroy());
+    const res = new ServerResponse(req);
+    res.shouldKeepAlive = false;
+    res.assignSocket(socket);
+    res.on('finish', () => socket.end());
+    const path = req.url ?? '';
+    const checked = this.verifier.verify(req.method ?? '', path, req.headers, Buffer.alloc(0));
+    if (!checked.ok) {
+      this.settings.logger.warn({ reason: checked.reason, path }, 'worker refused an upgrade it cannot verify');
+      return this.answer(res, '', failure(401, 'unauthorized', 'the request is not signed with this worker\'s secret'));
+    }
+    if (!isWebSocketHandshake(req)) return this.answer(res, checked.nonce, failure(400, 'bad_request', 'not a WebSocket handshake'));
+    const target = upgradeTarget(path);
+    if ('status' in target) return this.answer(res, checked.nonce, target);
+    let open: (ws: WebSocket) => void;
+    let abandon: () => void;
+    if (target.kind === 'exec') {
+      const claimed = this.execs.claim(target.exec);
+      if (!claimed) return this.answer(res, checked.nonce, failure(404, 'not_found', `no command ${target.exec} waiting for its stream`));
+      open = claimed.carry;
+      abandon = claimed.abandon;
+    } else {
+      let guest: Duplex;
+      try {
+        guest = await (await runningAgent(this.settings.host, target.machine)).openTcp(target.port, undefined, { timeoutMs: TCP_OPEN_MS });
+      } catch (error) {
+        return this.answer(res, checked.nonce, failureOf(error));
+      }
+      open = (ws) => carryTcp(guest, ws);
+      abandon = () => guest.destroy();
+    }
+    res.detachSocket(socket);
+    if (!socket.writable) {
+      abandon();
+      return void socket.destroy();
+    }
+    this.upgradeNonces.set(req, checked.nonce);
+    this.sockets.handleUpgrade(req, socket, head, open);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -62,7 +125,7 @@ export class WorkerServer {
     }
     let answer: Answer;
     try {
-      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt }, req.method ?? '', path, body);
+      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs }, req.method ?? '', path, body);
     } catch (error) {
       this.settings.logger.warn({ err: error, path }, 'worker request failed');
       answer = failure(500, 'internal', 'the worker could not answer');

@@ -2,10 +2,15 @@
 // its owner may open, takes only requests signed with its secret (each once), signs its answers,
 // and the control plane's client takes an answer only when it is signed and fits the protocol. A
 // worker that answers badly (a stand-in server here, for fault injection) costs the call, never the
-// caller's process.
+// caller's process; the same holds for its streams (WebSocket upgrades): a refusal comes before the
+// handshake, a 101 must be signed, and a stream message that does not fit costs that command.
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
+import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocket, WebSocketServer } from 'ws';
+import { AgentCallError } from '../../src/compute/agent/errors';
+import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WorkerClient, WorkerProtocolError, WorkerUnreachableError } from '../../src/compute/worker-client';
@@ -82,6 +87,24 @@ describe('the worker process', () => {
     for (const [method, target] of [['DELETE', '/w1/machines/./session'], ['DELETE', '/w1/machines/%2e%2e/machines/victim'], ['GET', '/w1//hello'], ['GET', '/w1/machines/x/../../hello']]) {
       const answer = await raw(socket(), target!, signRequest(secret, method!, target!, ''), method);
       expect({ target, status: answer.status, body: answer.body }).toEqual({ target, status: 400, body: expect.stringContaining('canonical') });
+    }
+  });
+
+  it('answers a stream it cannot open before the handshake: unsigned 401, no such command 404, no such stream 404; an agent call to a machine that is not running fails as a lost link', async () => {
+    const secret = readWorkerSecret(join(dataDir, 'worker.secret'), { create: false });
+    const upgrade = (path: string, headers: Record<string, string>) =>
+      raw(socket(), path, { ...headers, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': randomBytes(16).toString('base64') });
+    const stream = `/w1/execs/${'a'.repeat(32)}/stream`;
+    expect(await upgrade(stream, {})).toEqual({ status: 401, body: expect.stringContaining('"unauthorized"') });
+    expect(await upgrade(stream, signRequest(secret, 'GET', stream, ''))).toEqual({ status: 404, body: expect.stringContaining('no command') });
+    expect((await upgrade('/w1/hello/stream', signRequest(secret, 'GET', '/w1/hello/stream', ''))).status).toBe(404);
+    const client = new WorkerClient({ socketPath: socket(), secret });
+    await expect(client.upgrade(stream, 'AttachExec', (ws) => ws)).rejects.toMatchObject({ status: 404, code: 'not_found' });
+    const agent = new RemoteGuestAgents(client).agent('not-running');
+    for (const call of [() => agent.metrics(), () => agent.exec({ argv: ['true'] }), () => agent.openTcp(22)]) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(AgentCallError);
+      expect(error).toMatchObject({ code: 'disconnected', message: expect.stringContaining('not running') });
     }
   });
 
@@ -165,5 +188,81 @@ describe('a worker that answers what does not fit', () => {
     const started = Date.now();
     await expect(client().hello()).rejects.toBeInstanceOf(WorkerUnreachableError);
     expect(Date.now() - started).toBeLessThan(5000);
+  });
+});
+
+describe('a worker whose streams do not fit', () => {
+  const secret = randomBytes(32);
+  const EXEC = 'b'.repeat(32);
+  let dir: string;
+  let server: Server;
+  let wss: WebSocketServer;
+  /** What the stand-in does once a stream is open, and whether it signs its 101. */
+  let stream: { signed: boolean; send: (ws: WebSocket) => void };
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kiste-bad-streams-'));
+    const nonces = new WeakMap<IncomingMessage, string>();
+    wss = new WebSocketServer({ noServer: true });
+    wss.on('headers', (headers, req) => {
+      if (stream.signed) headers.push(`${SIGNATURE_HEADERS.signature}: ${signAnswer(secret, 101, nonces.get(req)!, '')}`);
+    });
+    server = createServer((req, res) => {
+      // StartExec, faithfully: the stream is where this stand-in goes wrong.
+      const body = JSON.stringify({ exec: EXEC, pid: 42 });
+      res.writeHead(200, { 'content-type': 'application/json', [SIGNATURE_HEADERS.signature]: signAnswer(secret, 200, String(req.headers[SIGNATURE_HEADERS.nonce]), body) });
+      res.end(body);
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      nonces.set(req, String(req.headers[SIGNATURE_HEADERS.nonce]));
+      wss.handleUpgrade(req, socket, head, (ws) => stream.send(ws));
+    });
+    await new Promise<void>((resolve) => server.listen(join(dir, 'w.sock'), resolve));
+  });
+  afterAll(async () => {
+    for (const ws of wss.clients) ws.terminate();
+    wss.close();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const agent = () => new RemoteGuestAgents(new WorkerClient({ socketPath: join(dir, 'w.sock'), secret, timeoutMs: 1500 })).agent('machine-1');
+  const exit = { channel: 3, status: 'exited', exit_code: 0, signal: null, duration_ms: 5, stdout_bytes: 2, stderr_bytes: 0 };
+
+  it('reads a faithful stream: output in order, then the exit (the stand-in is faithful)', async () => {
+    stream = { signed: true, send: (ws) => { ws.send(Buffer.from('\x01h')); ws.send(Buffer.from('\x02i')); ws.send(JSON.stringify({ type: 'exit', exit })); ws.close(); } };
+    const exec = await agent().exec({ argv: ['x'] });
+    const chunks: string[] = [];
+    for await (const chunk of exec) chunks.push(`${chunk.stream}:${chunk.data.toString()}`);
+    expect(chunks).toEqual(['stdout:h', 'stderr:i']);
+    await expect(exec.exit).resolves.toEqual(exit);
+  });
+
+  it('refuses a stream whose 101 is not signed', async () => {
+    stream = { signed: false, send: () => undefined };
+    await expect(agent().exec({ argv: ['x'] })).rejects.toMatchObject({ name: 'AgentCallError', code: 'bad_response', message: expect.stringContaining('not signed') });
+  });
+
+  it.each([
+    ['output of no stream', (ws: WebSocket) => ws.send(Buffer.from('\x07zz'))],
+    ['an end that is not JSON', (ws: WebSocket) => ws.send('{"type":')],
+    ['an end of no known shape', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'exit', exit, shell: 'rm -rf /' }))],
+    ['an exit that does not fit the agent\'s shape', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'exit', exit: { ...exit, status: 'gone\u001b[2J' } }))],
+    ['an error with a code the protocol lacks', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'error', code: 'pwned', message: 'x' }))],
+    ['output after the end', (ws: WebSocket) => { ws.send(JSON.stringify({ type: 'error', code: 'timeout', message: 'late' })); ws.send(Buffer.from('\x01x')); }],
+  ])('gives the command up on %s; the caller gets an AgentCallError, never a throw', async (_what, send) => {
+    stream = { signed: true, send };
+    const exec = await agent().exec({ argv: ['x'] });
+    const error = await exec.exit.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AgentCallError);
+    expect(['bad_response', 'timeout']).toContain((error as AgentCallError).code);
+    await expect((async () => { for await (const _chunk of exec) { /* drained */ } })()).rejects.toBeInstanceOf(AgentCallError);
+  });
+
+  it('a stream the worker closes before the end is a lost link (retryable)', async () => {
+    stream = { signed: true, send: (ws) => { ws.send(Buffer.from('\x01partial')); ws.terminate(); } };
+    const exec = await agent().exec({ argv: ['x'] });
+    await expect(exec.exit).rejects.toMatchObject({ code: 'disconnected', retryable: true });
   });
 });

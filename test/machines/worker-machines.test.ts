@@ -1,12 +1,17 @@
 // Machines driven through kiste-worker (worker-api.yaml) instead of in-process (issue 22): a real
-// guest is created, stopped with its memory, resumed and destroyed over the protocol; a worker
-// killed with -9 leaves its machine running and the next worker adopts it; a failed operation
-// comes back as the worker's message, a request that does not fit as 400.
+// guest is created, stopped with its memory, resumed and destroyed over the protocol; its guest
+// agent runs commands (output at the reader's pace, stdin, signals, cancel), samples metrics and
+// opens TCP streams through the worker; a worker killed with -9 leaves its machine running (its
+// open streams fail as a lost link) and the next worker adopts it; a failed operation comes back
+// as the worker's message, a request that does not fit as 400.
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { listQemuProcesses } from '../../src/compute/qemu';
+import { AgentCallError } from '../../src/compute/agent/errors';
+import type { ExecStream } from '../../src/compute/agent/exec-stream';
+import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../../src/compute/remote-machines';
 import { WorkerCallError, WorkerClient } from '../../src/compute/worker-client';
 import { readWorkerSecret } from '../../src/worker/worker-secret';
@@ -22,6 +27,7 @@ describe('machines through kiste-worker', () => {
   let dataDir: string;
   const workers: ServiceProcess[] = [];
   let machines: RemoteMachines;
+  let agents: RemoteGuestAgents;
   let client: WorkerClient;
   const id = randomUUID();
 
@@ -34,6 +40,7 @@ describe('machines through kiste-worker', () => {
     await worker.listening();
     client = new WorkerClient({ socketPath: join(dataDir, 'worker.sock'), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     machines = new RemoteMachines(client);
+    agents = new RemoteGuestAgents(client);
   }
 
   beforeAll(async () => {
@@ -69,15 +76,73 @@ describe('machines through kiste-worker', () => {
     expect((await machines.consoleTail(id, 50)).length).toBeGreaterThan(0);
   });
 
-  it('outlives a worker killed with -9; the next worker adopts it', async () => {
+  it('runs commands through the worker: output, exit, stdin, signals, cancel', async () => {
+    const agent = agents.agent(id);
+    const ran = await agent.run({ argv: ['sh', '-c', 'echo out; echo err >&2; exit 3'] });
+    expect(ran).toMatchObject({ status: 'exited', exit_code: 3 });
+    expect([ran.stdout.toString(), ran.stderr.toString()]).toEqual(['out\n', 'err\n']);
+
+    const cat = await agent.exec({ argv: ['cat'], stdin: true });
+    cat.stdin!.end('typed through the worker');
+    expect(Buffer.concat(await collect(cat)).toString()).toBe('typed through the worker');
+    expect((await cat.exit).exit_code).toBe(0);
+
+    const signalled = await agent.exec({ argv: ['sleep', '600'] });
+    expect(signalled.pid).toBeGreaterThan(1);
+    expect(await signalled.signal('SIGTERM')).toBe(true);
+    await expect(signalled.exit).resolves.toMatchObject({ status: 'signaled', signal: 15 });
+
+    const cancelled = await agent.exec({ argv: ['sleep', '600'] });
+    expect(await cancelled.cancel(500)).toBe(true);
+    await expect(cancelled.exit).resolves.toMatchObject({ status: 'cancelled' });
+  });
+
+  it('holds a command whose output is not read: the guest waits, nothing piles up, all of it arrives once read', async () => {
+    const bytes = 16 * 1024 * 1024;
+    const exec = await agents.agent(id).exec({ argv: ['head', '-c', String(bytes), '/dev/zero'] });
+    // Credit (1 MiB at the agent), the worker's send bound (1 MiB) and this side's queue (1 MiB):
+    // far less than the output, so unread, the command cannot finish.
+    const finished = await Promise.race([exec.exit.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 4000))]);
+    expect(finished).toBe(false);
+    let received = 0;
+    for await (const chunk of exec) received += chunk.data.length;
+    expect(received).toBe(bytes);
+    await expect(exec.exit).resolves.toMatchObject({ exit_code: 0, stdout_bytes: bytes });
+  });
+
+  it('samples metrics and opens TCP streams to the guest through the worker; what the guest refuses fails as the agent says', async () => {
+    const agent = agents.agent(id);
+    const sample = await agent.metrics(50);
+    expect(sample.cpu.cores).toBeGreaterThanOrEqual(1);
+    expect(sample.memory.total_mib).toBeGreaterThan(0);
+
+    const ssh = await agent.openTcp(22);
+    const banner = await new Promise<string>((resolve, reject) => {
+      ssh.once('data', (chunk: Buffer) => resolve(chunk.toString('latin1')));
+      ssh.once('error', reject);
+    });
+    expect(banner).toMatch(/^SSH-2\.0-/);
+    ssh.destroy();
+
+    await expect(agent.openTcp(1)).rejects.toMatchObject({ name: 'AgentCallError', code: 'connect_failed' });
+    const ghost = await agents.agent(randomUUID()).metrics().catch((e: unknown) => e);
+    expect(ghost).toBeInstanceOf(AgentCallError);
+    expect(ghost).toMatchObject({ code: 'disconnected', retryable: true });
+  });
+
+  it('outlives a worker killed with -9 (its open streams fail as a lost link); the next worker adopts it', async () => {
     const [pid] = qemuOf(id);
+    const open = await agents.agent(id).exec({ argv: ['sleep', '600'] });
     workers.at(-1)!.killHard();
+    await expect(open.exit).rejects.toMatchObject({ code: 'disconnected' });
+    await expect(agents.agent(id).metrics()).rejects.toMatchObject({ code: 'disconnected' });
     await workers.at(-1)!.waitExit(10_000);
     expect(qemuOf(id)).toEqual([pid]);
     await startWorker();
     expect(await machines.adopt(id)).toBe(true);
     expect(await machines.isRunning(id)).toBe(true);
     expect(qemuOf(id)).toEqual([pid]);
+    expect((await agents.agent(id).run({ argv: ['echo', 'adopted'] })).stdout.toString()).toBe('adopted\n');
   });
 
   it('answers a failed operation with its message, and a request that does not fit with 400', async () => {
@@ -102,3 +167,9 @@ describe('machines through kiste-worker', () => {
     expect(await machines.knownMachineIds()).toEqual([]);
   });
 });
+
+async function collect(exec: ExecStream): Promise<Buffer[]> {
+  const out: Buffer[] = [];
+  for await (const chunk of exec) out.push(chunk.data);
+  return out;
+}

@@ -5,7 +5,7 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AgentCallError, type ExecHandle, type GuestAgent } from '../../src/compute/guest-agent';
+import { AgentCallError, type ExecStream, type GuestAgent } from '../../src/compute/guest-agent';
 import { BuilderMachines, LayerBuildCancelled, LayerBuilder, LayerBuildRequest } from '../../src/compute/layer-builder';
 
 /** Machines whose install step runs until its builder is destroyed. */
@@ -15,7 +15,7 @@ function installingForever() {
   let installStarted!: () => void;
   const installing = new Promise<void>((resolve) => (installStarted = resolve));
   const agent = {
-    async exec(): Promise<ExecHandle> {
+    async exec(): Promise<ExecStream> {
       calls.push('exec');
       const ended = new Promise<never>((_, reject) => (endInstall = reject));
       ended.catch(() => undefined);
@@ -26,7 +26,7 @@ function installingForever() {
           yield { stream: 'stdout', data: Buffer.from('kiste: apt-get update\n') };
           await ended;
         },
-      } as unknown as ExecHandle;
+      } as unknown as ExecStream;
     },
   } as unknown as GuestAgent;
   const machines: BuilderMachines = {

@@ -3,22 +3,21 @@
 // The guest is not trusted to end what it started: a command with a timeout, and one being
 // cancelled, ends here too (exitGraceMs after the agent should have ended it) if no exit comes.
 import { Writable } from 'node:stream';
-import { CreditReceiver, decodeOutput, ExecExitEvent, OUTPUT_HEADER_BYTES, OutputChunk } from '../../protocol/agent';
+import { CreditReceiver, decodeOutput, ExecExitEvent, OUTPUT_HEADER_BYTES } from '../../protocol/agent';
 import type { ChannelLink, HostChannel } from './channels';
 import { CreditWriter } from './credit-writer';
 import { AgentCallError } from './errors';
 import { EVENT_SHAPES } from '../../protocol/agent-shapes';
+import type { ExecChunk, ExecStream } from './exec-stream';
 
 const DEFAULT_CANCEL_GRACE_MS = 2000;
-
-export type ExecChunk = OutputChunk;
 
 /**
  * A running command. Iterate it for ordered output chunks (credit goes back to the agent as each
  * chunk is taken, so iteration speed is the command's output speed); `exit` resolves with the
  * completion. The connection dropping rejects both with AgentCallError('disconnected').
  */
-export class ExecHandle implements AsyncIterable<ExecChunk> {
+export class ExecHandle implements ExecStream {
   readonly exit: Promise<ExecExitEvent>;
   /** Present when started with stdin: true; ending it closes the command's input. */
   readonly stdin: Writable | null;

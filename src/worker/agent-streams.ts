@@ -1,0 +1,158 @@
+// The worker's side of the guest agent's streams (worker-api.yaml: StartExec, AttachExec,
+// SignalExec, CancelExec, OpenTcp): commands started here wait for the control plane to attach to
+// their output, and byte streams are carried over WebSockets at the reader's pace on both sides.
+import { randomBytes } from 'node:crypto';
+import { pipeline, type Duplex } from 'node:stream';
+import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
+import type { ExecStartParams } from '../protocol/agent';
+import { AgentCallError } from '../compute/agent/errors';
+import type { ExecStream } from '../compute/agent/exec-stream';
+import type { components } from '../generated/worker-api';
+import { bufferOf } from '../net/websocket';
+
+type Wire = components['schemas'];
+
+/** A command nobody attached to within this time is cancelled (the control plane went away). */
+export const ATTACH_WITHIN_MS = 30_000;
+/** Open commands on one worker; one more is refused (a bound for a control plane gone wrong). */
+export const MAX_OPEN_EXECS = 1024;
+/** Output written to the WebSocket but not yet flushed: past this, no more is taken from the agent. */
+const SEND_HIGH_WATER = 1024 * 1024;
+const STREAM_CODE = { stdout: 1, stderr: 2 } as const;
+
+interface OpenExec {
+  stream: ExecStream;
+  attached: boolean;
+  timer: NodeJS.Timeout;
+}
+
+/** The exec ids the control plane holds, and the commands they name. */
+export class ExecTable {
+  private readonly open = new Map<string, OpenExec>();
+
+  get size(): number {
+    return this.open.size;
+  }
+
+  /** Starts through `start` and keeps the command until it is attached (or given up). */
+  async start(start: () => Promise<ExecStream>): Promise<Wire['ExecStarted']> {
+    if (this.open.size >= MAX_OPEN_EXECS) throw new AgentCallError('too_many_channels', `this worker already has ${MAX_OPEN_EXECS} commands open`);
+    const stream = await start();
+    const id = randomBytes(16).toString('hex');
+    const timer = setTimeout(() => {
+      // Nobody came for the output: stop the command rather than hold it (and the agent's channel).
+      stream.giveUp(new AgentCallError('closed', 'nobody attached to the command'));
+      this.open.delete(id);
+    }, ATTACH_WITHIN_MS);
+    timer.unref();
+    this.open.set(id, { stream, attached: false, timer });
+    return { exec: id, pid: stream.pid };
+  }
+
+  /** The command, while it is open. */
+  find(id: string): ExecStream | null {
+    return this.open.get(id)?.stream ?? null;
+  }
+
+  /**
+   * Takes the command for the one stream it may have: `carry` carries it over the WebSocket until
+   * its exit (it leaves the table then); `abandon` gives it up when the stream never opened.
+   */
+  claim(id: string): { carry(ws: WebSocket): void; abandon(): void } | null {
+    const entry = this.open.get(id);
+    if (!entry || entry.attached) return null;
+    entry.attached = true;
+    clearTimeout(entry.timer);
+    const leave = () => this.open.delete(id);
+    return {
+      carry: (ws) => void carryExec(entry.stream, ws).finally(leave),
+      abandon: () => {
+        entry.stream.giveUp(new AgentCallError('closed', 'the command\'s stream did not open'));
+        leave();
+      },
+    };
+  }
+
+  /** Gives every command up (the worker is shutting down; the agent stops them). */
+  closeAll(): void {
+    for (const [id, entry] of this.open) {
+      clearTimeout(entry.timer);
+      entry.stream.giveUp(new AgentCallError('closed', 'the worker is shutting down'));
+      this.open.delete(id);
+    }
+  }
+}
+
+/** What the control plane asked for, as the agent takes it (the window is the agent client's). */
+export function execParams(body: Wire['ExecStart']): ExecStartParams {
+  return {
+    argv: body.argv,
+    ...(body.cwd !== undefined ? { cwd: body.cwd } : {}),
+    ...(body.env ? { env: body.env } : {}),
+    ...(body.timeout_ms !== undefined ? { timeout_ms: body.timeout_ms } : {}),
+    ...(body.output_limit_bytes !== undefined ? { output_limit_bytes: body.output_limit_bytes } : {}),
+    ...(body.stdin !== undefined ? { stdin: body.stdin } : {}),
+  };
+}
+
+/** Output out (one byte of stream, then the bytes), stdin in, then the end message and the close. */
+async function carryExec(stream: ExecStream, ws: WebSocket): Promise<void> {
+  let ended = false;
+  ws.on('message', (data: RawData, isBinary: boolean) => {
+    const bytes = bufferOf(data);
+    const stdin = stream.stdin;
+    if (isBinary) {
+      if (!stdin || stdin.writableEnded) return ws.close(1008, 'the command takes no input');
+      if (!stdin.write(bytes)) {
+        ws.pause();
+        stdin.once('drain', () => ws.resume());
+      }
+      return;
+    }
+    if (bytes.toString('utf8') === '{"type":"stdin_end"}' && stdin) return void stdin.end();
+    ws.close(1008, 'the only text message is {"type":"stdin_end"}');
+  });
+  let waiting = 0;
+  let wake: (() => void) | null = null;
+  ws.on('error', () => undefined);
+  ws.on('close', () => {
+    wake?.();
+    if (ended) return;
+    // The control plane left before the end: the command is cancelled and its output dropped.
+    stream.discard();
+    void stream.cancel().catch(() => undefined);
+  });
+  let end: Wire['ExecStreamEnd'];
+  try {
+    for await (const chunk of stream) {
+      if (ws.readyState !== ws.OPEN) break;
+      const frame = Buffer.concat([Buffer.of(STREAM_CODE[chunk.stream]), chunk.data]);
+      waiting += frame.length;
+      ws.send(frame, { binary: true }, () => {
+        waiting -= frame.length;
+        if (waiting < SEND_HIGH_WATER) wake?.();
+      });
+      // The next chunk is taken from the agent (and the agent given credit) only once this side keeps up.
+      while (waiting >= SEND_HIGH_WATER && ws.readyState === ws.OPEN) await new Promise<void>((resolve) => (wake = resolve));
+      wake = null;
+    }
+    end = { type: 'exit', exit: { ...(await stream.exit) } };
+  } catch (error) {
+    const failed = error instanceof AgentCallError ? error : new AgentCallError('internal', error instanceof Error ? error.message : String(error));
+    end = { type: 'error', code: failed.code, message: failed.message.slice(0, 2000) };
+  }
+  ended = true;
+  if (ws.readyState === ws.OPEN) {
+    ws.send(JSON.stringify(end));
+    ws.close(1000);
+  }
+}
+
+/** A guest TCP stream and the WebSocket, piped both ways at the slower side's pace; either end closes both. */
+export function carryTcp(guest: Duplex, ws: WebSocket): void {
+  const socket = createWebSocketStream(ws);
+  socket.on('error', () => undefined);
+  guest.on('error', () => undefined);
+  pipeline(socket, guest, () => socket.destroy());
+  pipeline(guest, socket, () => guest.destroy());
+}
