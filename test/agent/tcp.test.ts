@@ -26,6 +26,21 @@ afterAll(async () => {
   await agent?.stop();
 });
 
+/**
+ * The value once it stopped growing (the same over 500 ms), however long the flow took to fill the
+ * buffers on a loaded host; the callers check that it stopped far below what was offered.
+ */
+async function settled(read: () => number, withinMs = 20_000): Promise<number> {
+  const until = Date.now() + withinMs;
+  let last = read();
+  for (;;) {
+    await sleep(500);
+    const now = read();
+    if (now === last || Date.now() > until) return now;
+    last = now;
+  }
+}
+
 async function listen(onConnection: (socket: net.Socket) => void): Promise<number> {
   const server = net.createServer((socket) => {
     socket.on('error', () => undefined); // resets when the agent drops a connection
@@ -87,8 +102,7 @@ test('guest → host backpressure: a paused reader stops the guest writer', asyn
   });
   const stream = await client.openTcp(port);
   stream.pause();
-  await sleep(1000);
-  const stalledAt = written;
+  const stalledAt = await settled(() => written);
   await sleep(300);
   expect(written).toBe(stalledAt);
   // One window on the host + the agent's held chunk + loopback socket buffers; far below 64 MiB.
@@ -119,8 +133,7 @@ test('host → guest backpressure: a guest that does not read stops the host wri
       accepted += chunk.length;
     }
   })();
-  await sleep(1000);
-  const stalledAt = accepted;
+  const stalledAt = await settled(() => accepted);
   await sleep(300);
   expect(accepted).toBe(stalledAt);
   expect(stalledAt).toBeLessThan(16 * 1024 * 1024);
