@@ -4,12 +4,13 @@
 // come out as the AgentCallError the domain already handles: a worker out of reach is a lost agent
 // link (retryable), an answer that does not fit is a bad response.
 import { Writable, type Duplex } from 'node:stream';
-import { createWebSocketStream, type RawData, type WebSocket } from 'ws';
+import type { RawData, WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import type { ExecExitEvent, ExecStartParams, MetricsResult } from '../protocol/agent';
 import { EVENT_SHAPES, RESULT_SHAPES } from '../protocol/agent-shapes';
-import { bufferOf } from '../net/websocket';
+import { bufferOf, byteStream } from '../net/websocket';
+import { peerText } from '../protocol/peer-input';
 import { AgentCallError } from './agent/errors';
 import type { ExecChunk, ExecStream } from './agent/exec-stream';
 import type { RequestOptions } from './agent/options';
@@ -23,6 +24,10 @@ type Wire = components['schemas'];
 
 /** Output received but not yet read, past which the stream from the worker is paused. */
 const RECEIVE_HIGH_WATER = 1024 * 1024;
+/** What each message is charged beyond its bytes (the chunk object, the buffer it keeps): tiny chunks do not multiply under the bound. */
+const MESSAGE_OVERHEAD_BYTES = 64;
+/** A newer chunk of the same stream is appended to the last one queued while it is smaller than this. */
+const MERGE_BELOW_BYTES = 64 * 1024;
 /** As AgentClient's: how long after a command's timeout its exit may take before run() gives up. */
 const EXIT_GRACE_MS = 30_000;
 /** Added to an agent call's own timeout for the hop to the worker. */
@@ -45,7 +50,9 @@ class RemoteGuestAgent implements GuestAgent {
 
   async metrics(sampleMs?: number, options?: RequestOptions): Promise<MetricsResult> {
     const body: Wire['MetricsRequest'] = sampleMs === undefined ? {} : { sample_ms: sampleMs };
-    const answer = await agentCall(() => this.worker.call('POST', `${this.path}/metrics`, 'AgentMetrics', body, hop(options)));
+    // The agent samples for sample_ms before it answers.
+    const timeoutMs = (options?.timeoutMs ?? 10_000) + (sampleMs ?? 0);
+    const answer = await agentCall(() => this.worker.call('POST', `${this.path}/metrics`, 'AgentMetrics', body, hop({ timeoutMs })));
     const parsed = RESULT_SHAPES.metrics.parse(answer);
     if (!parsed.ok) throw new AgentCallError('bad_response', `the worker's metrics do not fit: ${parsed.reason}`);
     return parsed.value;
@@ -73,13 +80,10 @@ class RemoteGuestAgent implements GuestAgent {
     // The protocol carries streams to the guest's loopback only (all kiste asks for).
     if (host !== undefined) throw new AgentCallError('bad_request', 'a worker opens TCP streams to the guest\'s loopback only');
     if (!Number.isInteger(port) || port < 1 || port > 65535) throw new AgentCallError('bad_request', `not a port: ${port}`);
-    const bytesOnly = (ws: WebSocket) => {
-      ws.on('message', (_data: RawData, isBinary: boolean) => {
-        if (!isBinary) ws.terminate(); // the protocol's TCP stream is bytes only
-      });
-      return createWebSocketStream(ws);
-    };
-    return agentCall(() => this.worker.upgrade(`${this.path}/tcp/${port}`, 'OpenTcp', bytesOnly, hop(options)));
+    const stream = await agentCall(() => this.worker.upgrade(`${this.path}/tcp/${port}`, 'OpenTcp', byteStream, hop(options)));
+    // Broken by what came with the 101: the open failed.
+    if (stream.errored) throw new AgentCallError('bad_response', `tcp stream to port ${port}: ${stream.errored.message}`);
+    return stream;
   }
 }
 
@@ -146,7 +150,7 @@ class RemoteExec implements ExecStream {
   }
 
   giveUp(error: AgentCallError): void {
-    this.failed(error);
+    this.abandon(error);
   }
 
   [Symbol.asyncIterator](): AsyncIterator<ExecChunk> {
@@ -157,7 +161,7 @@ class RemoteExec implements ExecStream {
         for (;;) {
           const chunk = this.chunks.shift();
           if (chunk) {
-            this.queuedBytes -= chunk.data.length;
+            this.queuedBytes -= chunk.data.length + MESSAGE_OVERHEAD_BYTES;
             if (this.queuedBytes < RECEIVE_HIGH_WATER / 2) this.ws.resume();
             return { value: chunk, done: false };
           }
@@ -179,8 +183,16 @@ class RemoteExec implements ExecStream {
       const stream = bytes[0] === 1 ? 'stdout' : bytes[0] === 2 ? 'stderr' : null;
       if (!stream || bytes.length < 2) return this.broken('an output message without its stream or bytes');
       if (this.discarding) return;
-      this.chunks.push({ stream, sequence: this.sequence++, data: bytes.subarray(1) });
-      this.queuedBytes += bytes.length - 1;
+      const last = this.chunks.at(-1);
+      if (last && last.stream === stream && last.data.length < MERGE_BELOW_BYTES) {
+        // One chunk instead of many small ones (the order within a stream is kept; its sequence is the first's).
+        last.data = Buffer.concat([last.data, bytes.subarray(1)]);
+        this.queuedBytes += bytes.length - 1;
+      } else {
+        // Copied: a view would keep the socket's whole read buffer alive while it waits.
+        this.chunks.push({ stream, sequence: this.sequence++, data: Buffer.from(bytes.subarray(1)) });
+        this.queuedBytes += bytes.length - 1 + MESSAGE_OVERHEAD_BYTES;
+      }
       // The worker takes no more from the agent while this side does not read: the guest waits.
       if (this.queuedBytes >= RECEIVE_HIGH_WATER) this.ws.pause();
       return this.notify();
@@ -194,18 +206,29 @@ class RemoteExec implements ExecStream {
     if (!validators.ExecStreamEnd!(end)) return this.broken('an end message that does not fit ExecStreamEnd');
     const message = end as Wire['ExecStreamEnd'];
     this.ended = true;
-    if (message.type === 'error') return this.failed(new AgentCallError(message.code, message.message));
+    if (message.type === 'error') return this.failed(new AgentCallError(message.code, peerText(message.message, 2000)));
     const exit = EVENT_SHAPES['exec.exit'].parse(message.exit);
     if (!exit.ok) return this.broken(`an exit that does not fit: ${exit.reason}`);
     this.exitEvent = exit.value;
     this.resolveExit(exit.value);
     this.stdin?.destroy();
+    this.ws.close(1000); // the end: a worker that keeps the stream open holds nothing here
     this.notify();
   }
 
-  /** The worker broke the stream's protocol: the command is given up (closing the stream cancels it there). */
+  /** The worker broke the stream's protocol: the command is given up. */
   private broken(reason: string): void {
-    this.failed(new AgentCallError('bad_response', `exec stream ${this.execId}: ${reason}`));
+    this.abandon(new AgentCallError('bad_response', `exec stream ${this.execId}: ${reason}`));
+  }
+
+  /**
+   * This side gives the command up: closing the stream cancels it on the worker, and so does an
+   * explicit cancel, in case the worker is not reading the stream (its stdin waits on the guest).
+   */
+  private abandon(error: AgentCallError): void {
+    if (this.exitEvent || this.error) return;
+    this.failed(error);
+    this.cancel().catch(() => undefined);
   }
 
   private failed(error: AgentCallError): void {

@@ -71,10 +71,18 @@ export class WorkerClient {
   upgrade<T>(path: string, operationId: string, attach: (ws: WebSocket) => T, timeoutMs?: number): Promise<T> {
     const headers = signRequest(this.settings.secret, 'GET', path, '');
     const nonce = headers[SIGNATURE_HEADERS.nonce]!;
-    return new Promise((resolve, reject) => {
+    const deadlineMs = timeoutMs ?? this.settings.timeoutMs ?? 10_000;
+    return new Promise<T>((resolveUpgrade, rejectUpgrade) => {
       const ws = new WebSocket(`ws+unix://${this.settings.socketPath}:${path}`, {
-        headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: timeoutMs ?? this.settings.timeoutMs ?? 10_000, followRedirects: false,
+        headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false,
       });
+      // A deadline for the whole upgrade and any refusal's body, not only for silence.
+      const deadline = setTimeout(() => {
+        ws.terminate();
+        rejectUpgrade(new WorkerUnreachableError(`GET ${path}: no whole answer within ${deadlineMs} ms`));
+      }, deadlineMs);
+      const resolve = (value: T) => (clearTimeout(deadline), resolveUpgrade(value));
+      const reject = (error: unknown) => (clearTimeout(deadline), rejectUpgrade(error));
       let signed = false;
       ws.once('upgrade', (res: IncomingMessage) => {
         const signature = res.headers[SIGNATURE_HEADERS.signature];

@@ -12,7 +12,7 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { SshTunnel, TunnelEnd, TunnelPeer } from '../domain/ssh-tunnels';
 import type { TerminalPeer, TerminalSession } from '../domain/terminals';
 import type { DesktopStream } from '../domain/desktops';
-import { bufferOf, isWebSocketHandshake } from '../net/websocket';
+import { bufferOf, isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 
 /** What a handler gets for an upgrade request (null for a plain request: 426 P08). */
 export interface WebSocketUpgrade {
@@ -35,10 +35,8 @@ type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 export function serveWebSockets(server: Server, app: RequestListener): { close(): void } {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    socket.on('error', () => socket.destroy());
-    const res = new ServerResponse(req);
-    res.shouldKeepAlive = false;
-    res.assignSocket(socket as Socket);
+    const res = upgradeResponse(req, socket);
+    if (!res) return;
     let accepted = false;
     if (isWebSocketHandshake(req)) {
       (req as IncomingMessage & { [UPGRADE]?: WebSocketUpgrade })[UPGRADE] = {

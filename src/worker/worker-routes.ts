@@ -133,7 +133,7 @@ const ROUTES: Route[] = [
     run: async ({ host, execs }, [, id], body) => {
       const request = body as Wire['ExecStart'];
       const agent = await runningAgent(host, id!);
-      return execs.start(() => agent.exec(execParams(request), request.request_timeout_ms ? { timeoutMs: request.request_timeout_ms } : undefined));
+      return execs.start(id!, () => agent.exec(execParams(request), request.request_timeout_ms ? { timeoutMs: request.request_timeout_ms } : undefined));
     },
   },
   {

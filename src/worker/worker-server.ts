@@ -2,14 +2,14 @@
 // hosts) that takes only signed requests, checks their bodies against the spec, and signs every
 // answer, the 101 of a WebSocket upgrade too. What it serves is in worker-routes.ts; the streams
 // in agent-streams.ts.
-import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { chmodSync, rmSync } from 'node:fs';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { MachineHost } from '../compute/machine-host';
 import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/worker-signature';
-import { isWebSocketHandshake } from '../net/websocket';
+import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 import { carryTcp, ExecTable } from './agent-streams';
 import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer } from './worker-routes';
 
@@ -39,7 +39,10 @@ export class WorkerServer {
   constructor(private readonly settings: WorkerServerSettings) {
     this.verifier = new RequestVerifier(settings.secret);
     this.server = createServer((req, res) => void this.handle(req, res));
-    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket as Socket, head));
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const res = upgradeResponse(req, socket);
+      if (res) this.upgrade(req, socket as Socket, head, res).catch(() => socket.destroy());
+    });
     this.sockets.on('headers', (headers: string[], req: IncomingMessage) => {
       headers.push(`${SIGNATURE_HEADERS.signature}: ${signAnswer(settings.secret, 101, this.upgradeNonces.get(req) ?? '', '')}`);
     });
@@ -72,11 +75,7 @@ export class WorkerServer {
   }
 
   /** A stream (AttachExec, OpenTcp): verified and routed like any request, answered before the handshake when refused. */
-  private async upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
-    socket.on('error', () => socket.destroy());
-    const res = new ServerResponse(req);
-    res.shouldKeepAlive = false;
-    res.assignSocket(socket);
+  private async upgrade(req: IncomingMessage, socket: Socket, head: Buffer, res: ServerResponse): Promise<void> {
     res.on('finish', () => socket.end());
     const path = req.url ?? '';
     const checked = this.verifier.verify(req.method ?? '', path, req.headers, Buffer.alloc(0));
@@ -105,12 +104,18 @@ export class WorkerServer {
       abandon = () => guest.destroy();
     }
     res.detachSocket(socket);
-    if (!socket.writable) {
-      abandon();
-      return void socket.destroy();
-    }
+    // What was claimed or opened for the stream is given up unless the stream opens: the client may
+    // have left meanwhile, or ws may refuse the handshake (a bad key) without calling back.
+    let opened = false;
+    socket.once('close', () => {
+      if (!opened) abandon();
+    });
+    if (!socket.readable || !socket.writable) return void socket.destroy();
     this.upgradeNonces.set(req, checked.nonce);
-    this.sockets.handleUpgrade(req, socket, head, open);
+    this.sockets.handleUpgrade(req, socket, head, (ws) => {
+      opened = true;
+      open(ws);
+    });
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -76,7 +76,11 @@ describe('desktop viewer with a real guest', () => {
     }
   });
   afterEach(() => {
-    for (const list of problems) expect(list).toEqual([]);
+    // 503 D03 from the preflight or an offer is the spec's "the desktop is starting, ask again": the
+    // viewer waits and asks again, and on a loaded host the guest's display probe can say so for a
+    // moment (CI saw one). A desktop that never comes fails the test's waits instead.
+    const startingDesktop = /status of 503 .*\/v1\/desktop\/native\/(preflight|[^/]+\/offer)\)$/;
+    for (const list of problems) expect(list.filter((problem) => !startingDesktop.test(problem))).toEqual([]);
   });
 
   test('"Open desktop" opens the viewer in a new tab, which plays the machine\'s screen over WebRTC at the window\'s size', async () => {

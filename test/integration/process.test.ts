@@ -3,7 +3,7 @@
 // process: the watch of the machines' network rules runs from start and ends with it), survival of
 // kill -9, and the refusal of plain HTTP on a non-loopback address.
 import { Agent } from 'node:http';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import path from 'node:path';
 import request from 'supertest';
 import { openDatabase } from '../../src/db/database';
@@ -125,6 +125,25 @@ describe('the service process', () => {
       probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
     });
     expect(again).toBe(true);
+  });
+
+  it('drops a WebSocket upgrade sent pipelined behind a plain request, and answers on (Node throws from its upgrade listener otherwise)', async () => {
+    const service = start();
+    await service.listening();
+    const pipelined = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' +
+      'GET /v1/instances/x/ssh HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n';
+    for (let attempt = 0; attempt < 20; attempt++) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(port, '127.0.0.1', () => socket.write(pipelined));
+        socket.on('data', () => undefined);
+        socket.on('error', () => resolve());
+        socket.on('close', () => resolve());
+        setTimeout(() => socket.destroy(), 500);
+      });
+    }
+    expect({ running: service.running, output: service.running ? '' : service.output.slice(-2000) }).toEqual({ running: true, output: '' });
+    await client(`http://127.0.0.1:${port}`).get('/healthz').expect(200);
+    await stop(service);
   });
 
   it('keeps the account and an API key made before a kill -9', async () => {

@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
 import { AgentCallError } from '../../src/compute/agent/errors';
@@ -106,6 +107,26 @@ describe('the worker process', () => {
       expect(error).toBeInstanceOf(AgentCallError);
       expect(error).toMatchObject({ code: 'disconnected', message: expect.stringContaining('not running') });
     }
+  });
+
+  it('drops an upgrade pipelined behind another request, unsigned or not, and answers on', async () => {
+    const secret = readWorkerSecret(join(dataDir, 'worker.secret'), { create: false });
+    const stream = `/w1/execs/${'c'.repeat(32)}/stream`;
+    const headers = Object.entries(signRequest(secret, 'GET', stream, '')).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+    const pipelined = 'GET /w1/hello HTTP/1.1\r\nHost: x\r\n\r\n' +
+      `GET ${stream} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n${headers}\r\n`;
+    for (let attempt = 0; attempt < 10; attempt++) {
+      await new Promise<void>((resolve) => {
+        const connection = connect(socket(), () => connection.write(pipelined));
+        connection.on('data', () => undefined);
+        connection.on('error', () => resolve());
+        connection.on('close', () => resolve());
+        setTimeout(() => connection.destroy(), 500);
+      });
+    }
+    expect(worker.running).toBe(true);
+    const client = new WorkerClient({ socketPath: socket(), secret });
+    await expect(client.hello()).resolves.toMatchObject({ protocol_version: 1 });
   });
 
   it('stops on SIGTERM', async () => {
@@ -258,6 +279,34 @@ describe('a worker whose streams do not fit', () => {
     expect(error).toBeInstanceOf(AgentCallError);
     expect(['bad_response', 'timeout']).toContain((error as AgentCallError).code);
     await expect((async () => { for await (const _chunk of exec) { /* drained */ } })()).rejects.toBeInstanceOf(AgentCallError);
+  });
+
+  it('ends a TCP stream that carries a text message with an error, before any of it is read', async () => {
+    stream = { signed: true, send: (ws) => ws.send('not bytes') };
+    // The message may come with the 101 (the open fails) or after it (the stream ends with the error).
+    const outcome = await agent().openTcp(22).then(
+      (tcp) =>
+        new Promise<string>((resolve) => {
+          tcp.on('data', (data: Buffer) => resolve(`data ${data.toString()}`));
+          tcp.on('close', () => resolve(`closed: ${tcp.errored?.message}`));
+        }),
+      (error: AgentCallError) => `refused: ${error.code} ${error.message}`,
+    );
+    expect(outcome).toMatch(/^(closed: |refused: bad_response .*)a text message on a byte stream$/);
+  });
+
+  it('closes a stream the worker keeps open after its end', async () => {
+    let closed!: Promise<number>;
+    stream = {
+      signed: true,
+      send: (ws) => {
+        closed = new Promise((resolve) => ws.on('close', (code: number) => resolve(code)));
+        ws.send(JSON.stringify({ type: 'exit', exit }));
+      },
+    };
+    const exec = await agent().exec({ argv: ['x'] });
+    await expect(exec.exit).resolves.toEqual(exit);
+    await expect(closed).resolves.toBe(1000);
   });
 
   it('a stream the worker closes before the end is a lost link (retryable)', async () => {

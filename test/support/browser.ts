@@ -42,7 +42,9 @@ export async function watchedPage(browser: Browser, options: { viewport?: { widt
   page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
   page.on('console', (message) => {
     if (message.type() === 'error' && !/^Failed to load resource: the server responded with a status of 4\d\d/.test(message.text())) {
-      problems.push(`console error: ${message.text()}`);
+      // The address says which answer it was (a failed resource's text does not).
+      const at = message.location().url;
+      problems.push(`console error: ${message.text()}${at ? ` (${at.replace(/#.*$/, '')})` : ''}`);
     }
   });
   return { page, context, problems };
