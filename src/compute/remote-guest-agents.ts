@@ -17,7 +17,7 @@ import type { RequestOptions } from './agent/options';
 import { runToEnd, type RunResult } from './agent/run-to-end';
 import type { GuestAgent } from './guest-agent';
 import type { GuestAgents } from './machine-host';
-import { machinePath } from './worker-wire';
+import { machinePath, wire } from './worker-wire';
 import { WorkerCallError, WorkerProtocolError, WorkerUnreachableError, type WorkerClient } from './worker-client';
 
 type Wire = components['schemas'];
@@ -59,15 +59,7 @@ class RemoteGuestAgent implements GuestAgent {
   }
 
   async exec(params: ExecStartParams, options?: RequestOptions): Promise<ExecStream> {
-    const body: Wire['ExecStart'] = {
-      argv: params.argv,
-      ...(params.cwd !== undefined ? { cwd: params.cwd } : {}),
-      ...(params.env ? { env: params.env } : {}),
-      ...(params.timeout_ms !== undefined ? { timeout_ms: params.timeout_ms } : {}),
-      ...(params.output_limit_bytes !== undefined ? { output_limit_bytes: params.output_limit_bytes } : {}),
-      ...(params.stdin !== undefined ? { stdin: params.stdin } : {}),
-      ...(options?.timeoutMs !== undefined ? { request_timeout_ms: Math.min(Math.max(1, Math.round(options.timeoutMs)), 600_000) } : {}),
-    };
+    const body = wire.execStart(params, options?.timeoutMs);
     const started = (await agentCall(() => this.worker.call('POST', `${this.path}/execs`, 'StartExec', body, hop(options)))) as Wire['ExecStarted'];
     return agentCall(() => this.worker.upgrade(`/w1/execs/${started.exec}/stream`, 'AttachExec', (ws) => new RemoteExec(this.worker, started.exec, started.pid, ws, params.stdin === true)));
   }

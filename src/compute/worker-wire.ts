@@ -1,6 +1,7 @@
 // The machine host's values as worker-api.yaml carries them (snake_case JSON) and back: one place
 // for both sides of the protocol, so the worker's answers and the control plane's requests agree.
 import type { components } from '../generated/worker-api';
+import type { ExecStartParams } from '../protocol/agent';
 import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineShape } from './machine-host';
 
 type Wire = components['schemas'];
@@ -14,7 +15,24 @@ export function machinePath(id: string, action = ''): string {
   return `/w1/machines/${id}${action ? `/${action}` : ''}`;
 }
 
+/** The agent's exec.start fields the protocol carries, the same names on both sides (the window stays each side's own). */
+function execFields(params: ExecStartParams | Wire['ExecStart']): ExecStartParams {
+  return {
+    argv: params.argv,
+    ...(params.cwd !== undefined ? { cwd: params.cwd } : {}),
+    ...(params.env ? { env: params.env } : {}),
+    ...(params.timeout_ms !== undefined ? { timeout_ms: params.timeout_ms } : {}),
+    ...(params.output_limit_bytes !== undefined ? { output_limit_bytes: params.output_limit_bytes } : {}),
+    ...(params.stdin !== undefined ? { stdin: params.stdin } : {}),
+  };
+}
+
 export const wire = {
+  /** `requestTimeoutMs`: how long the agent may take to start it. */
+  execStart: (params: ExecStartParams, requestTimeoutMs?: number): Wire['ExecStart'] => ({
+    ...execFields(params),
+    ...(requestTimeoutMs !== undefined ? { request_timeout_ms: Math.min(Math.max(1, Math.round(requestTimeoutMs)), 600_000) } : {}),
+  }),
   image: (image: HostImage): Wire['HostImage'] => ({
     profile: image.profile,
     version: image.version,
@@ -31,6 +49,7 @@ export const wire = {
 };
 
 export const fromWire = {
+  execStart: (body: Wire['ExecStart']): ExecStartParams => execFields(body),
   image: (image: Wire['HostImage']): HostImage => ({
     profile: image.profile,
     version: image.version,

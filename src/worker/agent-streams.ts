@@ -4,7 +4,6 @@
 import { randomBytes } from 'node:crypto';
 import { pipeline, type Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
-import type { ExecStartParams } from '../protocol/agent';
 import { AgentCallError } from '../compute/agent/errors';
 import type { ExecStream } from '../compute/agent/exec-stream';
 import type { components } from '../generated/worker-api';
@@ -115,18 +114,6 @@ export class ExecTable {
       this.leave(id);
     }
   }
-}
-
-/** What the control plane asked for, as the agent takes it (the window is the agent client's). */
-export function execParams(body: Wire['ExecStart']): ExecStartParams {
-  return {
-    argv: body.argv,
-    ...(body.cwd !== undefined ? { cwd: body.cwd } : {}),
-    ...(body.env ? { env: body.env } : {}),
-    ...(body.timeout_ms !== undefined ? { timeout_ms: body.timeout_ms } : {}),
-    ...(body.output_limit_bytes !== undefined ? { output_limit_bytes: body.output_limit_bytes } : {}),
-    ...(body.stdin !== undefined ? { stdin: body.stdin } : {}),
-  };
 }
 
 /** Output out (one byte of stream, then the bytes), stdin in, then the end message and the close. */

@@ -6,7 +6,7 @@ import * as validators from '../generated/worker-validators';
 import type { ImageProfile, MachineHost } from '../compute/machine-host';
 import { fromWire, wire } from '../compute/worker-wire';
 import { AgentCallError } from '../compute/agent/errors';
-import { execParams, type ExecTable } from './agent-streams';
+import type { ExecTable } from './agent-streams';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -133,7 +133,7 @@ const ROUTES: Route[] = [
     run: async ({ host, execs }, [, id], body) => {
       const request = body as Wire['ExecStart'];
       const agent = await runningAgent(host, id!);
-      return execs.start(id!, () => agent.exec(execParams(request), request.request_timeout_ms ? { timeoutMs: request.request_timeout_ms } : undefined));
+      return execs.start(id!, () => agent.exec(fromWire.execStart(request), request.request_timeout_ms ? { timeoutMs: request.request_timeout_ms } : undefined));
     },
   },
   {
