@@ -3,21 +3,23 @@
 // machine's display socket (src/compute/qemu/command-line.ts); what only the guest knows (is the
 // desktop up, which size has the screen) is asked through the guest agent with short shell
 // commands (Node in a guest under TCG takes seconds to start; sh, xdotool and xrandr do not).
-import { existsSync } from 'node:fs';
-import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { AgentClient } from './agent-client';
+import type { GuestAgent } from './guest-agent';
 import { CLIPBOARD_MAX_BYTES, DISPLAY_MAX, DISPLAY_MIN, ScreenSize, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
 import { peerShape, peerText } from '../protocol/peer-input';
 
-/** What a display needs of the machine host (QemuMachineHost has all of it). */
-export interface DisplayHost {
+/** A machine's screen as a host has it: the image's screen and a fresh RFB stream of it. */
+export interface MachineScreens {
   /** The screen of the machine's image; null when it has none (or the machine is unknown). */
   imageDisplay(id: string): Promise<DisplaySize | null>;
+  /** A new connection to QEMU's VNC server of the running machine; rejects when it cannot be reached. */
+  openScreen(id: string): Promise<Duplex>;
+}
+
+/** What a display needs of the machine host: QemuMachineHost in this process, or a worker's (RemoteMachines and RemoteGuestAgents). */
+export interface DisplayHost extends MachineScreens {
   isRunning(id: string): Promise<boolean>;
-  /** Where QEMU's VNC server of the machine listens. */
-  displaySocket(id: string): string;
-  agent(id: string): AgentClient;
+  agent(id: string): GuestAgent;
 }
 
 /** The size the guest says its screen has after a resize (guest output: bounded before it is passed on). */
@@ -110,16 +112,11 @@ export class QemuMachineDisplay implements MachineDisplay {
   async connect(id: string): Promise<Duplex> {
     if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
     if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
-    const path = this.host.displaySocket(id);
-    if (!existsSync(path)) throw new DisplayUnavailableError('unreachable', `machine ${id} runs without its display socket (started before it had one?)`);
-    return new Promise<Duplex>((resolve, reject) => {
-      const socket = connect(path);
-      socket.once('connect', () => {
-        socket.removeAllListeners('error');
-        resolve(socket);
-      });
-      socket.once('error', (error) => reject(new DisplayUnavailableError('unreachable', `the display of machine ${id} does not answer: ${error.message}`)));
-    });
+    try {
+      return await this.host.openScreen(id);
+    } catch (error) {
+      throw new DisplayUnavailableError('unreachable', `the display of machine ${id} does not answer: ${error instanceof Error ? error.message : String(error)}`);
+    }
   }
 
   async resize(id: string, size: DisplaySize): Promise<DisplaySize> {

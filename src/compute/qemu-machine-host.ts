@@ -9,6 +9,8 @@ import { LayerBuilder, type BuiltLayer, type LayerBuildRequest } from './layer-b
 import type { ImageManifest } from '../../images';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { freemem } from 'node:os';
+import { connect } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { dirname, isAbsolute, join, relative, sep } from 'node:path';
 import type { AgentClient } from './agent-client';
 import { AgentRegistry } from './agent-registry';
@@ -464,8 +466,18 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     return display;
   }
 
-  displaySocket(id: string): string {
-    return machineFiles(this.machineDir(id)).displaySocket;
+  /** A new connection to QEMU's VNC server of the machine (its display socket). */
+  openScreen(id: string): Promise<Duplex> {
+    const path = machineFiles(this.machineDir(id)).displaySocket;
+    if (!existsSync(path)) return Promise.reject(new Error(`machine ${id} runs without its display socket (started before it had one?)`));
+    return new Promise<Duplex>((resolve, reject) => {
+      const socket = connect(path);
+      socket.once('connect', () => {
+        socket.removeAllListeners('error');
+        resolve(socket);
+      });
+      socket.once('error', reject);
+    });
   }
 
   /** Machines (and boot snapshot templates) this host has files for: reconcile removes the ones no row knows. */

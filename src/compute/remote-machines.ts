@@ -3,6 +3,10 @@
 // operation that failed on the worker fails here with the worker's message.
 import type { components } from '../generated/worker-api';
 import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, ImageBuildState, ImageProfile, Machines, MachineShape, StartedMachine } from './machine-host';
+import type { Duplex } from 'node:stream';
+import { byteStream } from '../net/websocket';
+import type { MachineScreens } from './guest-display';
+import type { DisplaySize } from './machine-display';
 import type { WorkerClient } from './worker-client';
 import { fromWire, machinePath, wire } from './worker-wire';
 
@@ -11,7 +15,7 @@ type Wire = components['schemas'];
 /** A machine operation may take this long under TCG (a cold boot of a desktop image, a large copy). */
 const MACHINE_OPERATION_MS = 15 * 60_000;
 
-export class RemoteMachines implements Machines {
+export class RemoteMachines implements Machines, MachineScreens {
   constructor(private readonly worker: WorkerClient) {}
 
   private start(operationId: 'CreateMachine' | 'BootMachine' | 'ResumeMachine', id: string, action: string, image: HostImage, shape: MachineShape, identity: GuestIdentity) {
@@ -87,6 +91,16 @@ export class RemoteMachines implements Machines {
 
   async knownMachineIds(): Promise<string[]> {
     return ((await this.worker.call('GET', '/w1/machines', 'ListMachines')) as Wire['MachineIds']).ids;
+  }
+
+  async imageDisplay(id: string): Promise<DisplaySize | null> {
+    return ((await this.worker.call('GET', machinePath(id, 'screen'), 'GetMachineScreen')) as Wire['MachineScreen']).display;
+  }
+
+  async openScreen(id: string): Promise<Duplex> {
+    const screen = await this.worker.upgrade(machinePath(id, 'screen/rfb'), 'OpenScreen', byteStream);
+    if (screen.errored) throw screen.errored; // broken by what came with the 101
+    return screen;
   }
 
   /** The served image of a profile and its build, as the worker sees them. */

@@ -372,6 +372,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/machines/{id}/screen": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The screen of the machine's image (null when it has none) */
+        get: operations["GetMachineScreen"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/machines/{id}/screen/rfb": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A new connection to QEMU's VNC server of the running machine, as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`; binary messages both ways are the RFB 3.8
+         *     bytes (security type None). QEMU draws the pixels, not guest code, and the control plane's
+         *     RFB reader checks what it reads (src/compute/rfb-client.ts). A machine that is not running
+         *     or has no display socket answers 500 with the reason.
+         */
+        get: operations["OpenScreen"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/machines/{id}/session": {
         parameters: {
             query?: never;
@@ -506,6 +546,12 @@ export interface components {
         };
         MachineIds: {
             ids: string[];
+        };
+        MachineScreen: {
+            display: null | {
+                height: number;
+                width: number;
+            };
         };
         MachineShape: {
             disk_mib: number;
@@ -1177,6 +1223,56 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["StartedMachine"];
                 };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    GetMachineScreen: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Its size. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MachineScreen"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    OpenScreen: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];

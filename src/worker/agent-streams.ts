@@ -170,8 +170,8 @@ async function carryExec(stream: ExecStream, ws: WebSocket): Promise<void> {
   }
 }
 
-/** A guest TCP stream and the WebSocket, piped both ways at the slower side's pace; either end closes both. */
-export function carryTcp(guest: Duplex, ws: WebSocket): void {
+/** A byte stream (a guest TCP stream, a machine's screen) and the WebSocket, piped both ways at the slower side's pace; either end closes both. */
+export function carryBytes(guest: Duplex, ws: WebSocket): void {
   const socket = byteStream(ws);
   socket.on('error', () => undefined);
   guest.on('error', () => undefined);

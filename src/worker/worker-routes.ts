@@ -7,14 +7,18 @@ import type { ImageProfile, MachineHost } from '../compute/machine-host';
 import { fromWire, wire } from '../compute/worker-wire';
 import { AgentCallError } from '../compute/agent/errors';
 import type { ExecTable } from './agent-streams';
+import type { MachineScreens } from '../compute/guest-display';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
 type Wire = components['schemas'];
 export type Answer = { status: number; body: unknown };
 
+/** What a worker runs machines on: the machine host and its machines' screens (QemuMachineHost is both). */
+export type WorkerHost = MachineHost & MachineScreens;
+
 export interface RouteContext {
-  host: MachineHost;
+  host: WorkerHost;
   version: string;
   startedAt: string;
   execs: ExecTable;
@@ -125,6 +129,13 @@ const ROUTES: Route[] = [
     },
   },
   {
+    method: 'GET', pattern: new RegExp(`^/w1/machines/${ID}/screen$`), operationId: 'GetMachineScreen',
+    run: async ({ host }, [, id]): Promise<Wire['MachineScreen']> => {
+      const display = await host.imageDisplay(id!);
+      return { display: display ? { width: display.width, height: display.height } : null };
+    },
+  },
+  {
     method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/agent/metrics$`), operationId: 'AgentMetrics',
     run: async ({ host }, [, id], body) => (await runningAgent(host, id!)).metrics((body as Wire['MetricsRequest']).sample_ms),
   },
@@ -147,7 +158,7 @@ const ROUTES: Route[] = [
 ];
 
 /** A running machine's agent; a machine that is not running fails as a lost agent link would (retryable). */
-export async function runningAgent(host: MachineHost, id: string) {
+export async function runningAgent(host: WorkerHost, id: string) {
   if (!(await host.isRunning(id))) throw new AgentCallError('disconnected', `machine ${id} is not running`);
   return host.agent(id);
 }
@@ -202,7 +213,7 @@ export function failureOf(error: unknown): Answer {
 }
 
 /** An upgrade's route (AttachExec, OpenTcp): what it names, or the answer that refuses it. */
-export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number };
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string };
 
 export function upgradeTarget(target: string): UpgradeTarget | Answer {
   const url = new URL(target, 'http://worker');
@@ -211,5 +222,7 @@ export function upgradeTarget(target: string): UpgradeTarget | Answer {
   if (exec) return { kind: 'exec', exec: exec[1]! };
   const tcp = new RegExp(`^/w1/machines/${ID}/agent/tcp/([1-9][0-9]{0,4})$`).exec(target);
   if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
+  const screen = new RegExp(`^/w1/machines/${ID}/screen/rfb$`).exec(target);
+  if (screen) return { kind: 'screen', machine: screen[1]! };
   return failure(404, 'not_found', `no WebSocket at ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }

@@ -7,11 +7,10 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { chmodSync, rmSync } from 'node:fs';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { MachineHost } from '../compute/machine-host';
 import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/worker-signature';
 import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
-import { carryTcp, ExecTable } from './agent-streams';
-import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer } from './worker-routes';
+import { carryBytes, ExecTable } from './agent-streams';
+import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerHost } from './worker-routes';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -23,7 +22,7 @@ const TCP_OPEN_MS = 10_000;
 export interface WorkerServerSettings {
   secret: Buffer;
   version: string;
-  host: MachineHost;
+  host: WorkerHost;
   logger: { warn(object: object, message: string): void };
 }
 
@@ -93,6 +92,16 @@ export class WorkerServer {
       if (!claimed) return this.answer(res, checked.nonce, failure(404, 'not_found', `no command ${target.exec} waiting for its stream`));
       open = claimed.carry;
       abandon = claimed.abandon;
+    } else if (target.kind === 'screen') {
+      let screen: Duplex;
+      try {
+        if (!(await this.settings.host.isRunning(target.machine))) throw new Error(`machine ${target.machine} is not running`);
+        screen = await this.settings.host.openScreen(target.machine);
+      } catch (error) {
+        return this.answer(res, checked.nonce, failureOf(error));
+      }
+      open = (ws) => carryBytes(screen, ws);
+      abandon = () => screen.destroy();
     } else {
       let guest: Duplex;
       try {
@@ -100,7 +109,7 @@ export class WorkerServer {
       } catch (error) {
         return this.answer(res, checked.nonce, failureOf(error));
       }
-      open = (ws) => carryTcp(guest, ws);
+      open = (ws) => carryBytes(guest, ws);
       abandon = () => guest.destroy();
     }
     res.detachSocket(socket);
