@@ -107,15 +107,17 @@ export class WorkerSupervisor {
     });
     this.child = child;
     if (child.pid) writeFileSync(this.pidFile, `${child.pid}\n`, { mode: 0o600 });
-    child.once('error', (error) => this.settings.logger.warn({ err: error }, 'kiste-worker could not be started'));
-    child.once('exit', (code, signal) => {
+    const ended = (detail: object, message: string) => {
       if (this.child !== child) return;
       this.child = null;
       rmSync(this.pidFile, { force: true });
       if (this.stopping) return;
-      this.settings.logger.warn({ code, signal }, 'kiste-worker exited; starting it again');
+      this.settings.logger.warn(detail, message);
       this.down();
-    });
+    };
+    // A spawn that fails (no setpriv, no node) emits 'error' and may never emit 'exit'.
+    child.once('error', (error) => ended({ err: error }, 'kiste-worker could not be started; trying again'));
+    child.once('exit', (code, signal) => ended({ code, signal }, 'kiste-worker exited; starting it again'));
     const startedAt = Date.now();
     const deadline = startedAt + (this.settings.startWithinMs ?? 120_000);
     const tryHello = async () => {
