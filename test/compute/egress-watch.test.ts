@@ -5,7 +5,8 @@
 //   dormant table do;
 // - the watch: a deleted or altered table is put back within seconds, the jail processes are frozen
 //   meanwhile (and stay frozen, with starts refused, while nft cannot load the rules), then thawed;
-//   processes of other users are never touched; a table that keeps being changed is named in the log;
+//   processes of other users are never touched; a check that read the table before a change the
+//   monitor reported thaws nothing; a table that keeps being changed is named in the log;
 // - a watch that starts thaws what an earlier run froze; stopping it, or SIGKILL to its process,
 //   leaves no `nft monitor` behind.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -134,6 +135,48 @@ describe('the egress watch', () => {
     nft('add', 'element', 'inet', table, 'allowed4', '{ 127.0.0.0/8 }');
     expect(await pollUntil(async () => ((await firewall.listing()) === expected ? true : undefined), 5000, 50)).toBe(true);
     expect(await pollUntil(() => (stateOf(jailed) !== 'T' ? true : undefined), 3000)).toBe(true);
+  });
+
+  it('thaws nothing on a check that read the table before the change the monitor reported', async () => {
+    const expected = await firewall.listing();
+    const tableMissing = () => {
+      try {
+        nft('list', 'table', 'inet', table);
+        return false;
+      } catch {
+        return true;
+      }
+    };
+    const realListing = firewall.listing.bind(firewall);
+    let stale = true;
+    let staleReturned = false;
+    // The next check's read happens just before the table is deleted; it ends once the monitor's
+    // report has frozen the machines, with what it read before.
+    const listing = jest.spyOn(firewall, 'listing').mockImplementation(async () => {
+      if (!stale) return realListing();
+      stale = false;
+      const before = await realListing();
+      nft('delete', 'table', 'inet', table);
+      await pollUntil(() => (stateOf(jailed) === 'T' ? true : undefined), 5000);
+      staleReturned = true;
+      return before;
+    });
+    const realThaw = JailFreezer.prototype.thaw;
+    const thawedWhileMissing: boolean[] = [];
+    const thaw = jest.spyOn(JailFreezer.prototype, 'thaw').mockImplementation(function (this: JailFreezer) {
+      thawedWhileMissing.push(tableMissing());
+      return realThaw.call(this);
+    });
+    try {
+      expect(await pollUntil(() => (staleReturned ? true : undefined), 8000)).toBe(true);
+      expect(await pollUntil(async () => ((await realListing()) === expected && stateOf(jailed) !== 'T' ? true : undefined), 8000, 50)).toBe(true);
+      expect(thawedWhileMissing.length).toBeGreaterThan(0);
+      expect(thawedWhileMissing).not.toContain(true);
+    } finally {
+      listing.mockRestore();
+      thaw.mockRestore();
+    }
+    expect(watch.problem()).toBeNull();
   });
 
   it('keeps jail processes frozen and starts refused while the rules cannot be loaded, and thaws them once they can', async () => {

@@ -64,6 +64,12 @@ export class EgressWatch {
   private reportedRepairsAt = 0;
   private current: Promise<void> | undefined;
   private next: Promise<void> | undefined;
+  /**
+   * Counts the monitor's reports of a change to the table. A check that began before such a report
+   * read the table as it was before the change: it must not thaw what the report froze (the check
+   * the report queued decides).
+   */
+  private changesSeen = 0;
   private readonly tableMention: RegExp;
 
   constructor(
@@ -139,19 +145,20 @@ export class EgressWatch {
 
   private async checkOnce(): Promise<void> {
     if (!this.running) return;
-    if (this.expected === undefined) return this.restore('not loaded yet');
+    const changesSeen = this.changesSeen;
+    if (this.expected === undefined) return this.restore('not loaded yet', changesSeen);
     let found: string | null;
     try {
       found = await this.firewall.listing();
     } catch (error) {
-      return this.restore(`nft could not list it: ${(error as Error).message}`);
+      return this.restore(`nft could not list it: ${(error as Error).message}`, changesSeen);
     }
-    if (found === this.expected) return this.release();
-    return this.restore(found === null ? 'the table is missing' : 'the table was altered');
+    if (found === this.expected) return this.release(changesSeen);
+    return this.restore(found === null ? 'the table is missing' : 'the table was altered', changesSeen);
   }
 
   /** Loads the rules again: frozen machines wait for it; a failure freezes them (again: new ones). */
-  private async restore(reason: string): Promise<void> {
+  private async restore(reason: string, changesSeen: number): Promise<void> {
     const first = this.expected === undefined;
     if (!first) {
       this.hold();
@@ -179,7 +186,7 @@ export class EgressWatch {
       const thawed = this.freezer.thaw();
       if (thawed > 0) this.logger.info({ table: this.firewall.table, thawed }, 'machines an earlier run of the service froze run on');
     }
-    this.release();
+    this.release(changesSeen);
   }
 
   /** A table that keeps changing (another kiste on the same uid base, a tool re-applying its ruleset) is named in the log. */
@@ -191,8 +198,12 @@ export class EgressWatch {
     this.logger.error({ table: this.firewall.table, repairs: this.recentRepairs.length }, "kiste's nftables table keeps being changed: is another kiste running with the same KISTE_MACHINE_UID_BASE, or a tool re-applying its ruleset? Machines are frozen each time");
   }
 
-  /** The rules are in place: whatever this watch froze runs on. */
-  private release(): void {
+  /**
+   * The rules are in place: whatever this watch froze runs on — unless the monitor reported a change
+   * since the check began (`changesSeen` then differs), which the check it queued looks at.
+   */
+  private release(changesSeen: number): void {
+    if (changesSeen !== this.changesSeen) return;
     const broken = this.broken;
     this.broken = undefined;
     if (!this.holding) return;
@@ -218,7 +229,10 @@ export class EgressWatch {
       // is kept to be read with its rest, so a name cut in two is still found.
       const text = partial + chunk;
       partial = text.slice(text.lastIndexOf('\n') + 1).slice(0, 512);
-      if (this.tableMention.test(text)) this.hold();
+      if (this.tableMention.test(text)) {
+        this.changesSeen += 1;
+        this.hold();
+      }
       void this.check();
     });
     child.on('error', () => undefined); // reported as its close
