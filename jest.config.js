@@ -24,7 +24,7 @@ const base = {
 // database (SQLite in the data folder).
 const ONE_DATABASE = [
   '<rootDir>/test/(unit|agent|compute|images)/',
-  '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|worker-machines|worker-display)\\.test\\.ts$',
+  '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|recovery-midway|worker-machines|worker-display)\\.test\\.ts$',
   '<rootDir>/test/integration/worker-process\\.test\\.ts$', // no database: the worker never opens one
   '<rootDir>/test/console/desktop-viewer\\.test\\.ts$',
 ];

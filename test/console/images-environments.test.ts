@@ -50,7 +50,7 @@ describe('console images and environments pages', () => {
     ({ page, problems } = await rig.open('/console/login'));
     await signIn(page, account);
     await page.waitForURL(`${rig.url}/`);
-  }, 180_000);
+  }, 900_000); // on a fresh host the first suite to need the image builds it (minutes)
   afterAll(async () => {
     if (rig) {
       for (const id of await rig.t.services.machineHost.knownMachineIds()) await rig.t.services.machineHost.destroy(id).catch(() => undefined);

@@ -35,7 +35,7 @@ describe('console machine pages with a real guest', () => {
     ({ page, problems } = await rig.open('/console/login'));
     await signIn(page, account);
     await page.waitForURL(`${rig.url}/`);
-  }, 120_000);
+  }, 900_000); // on a fresh host the first suite to need the image builds it (minutes)
   afterAll(async () => {
     if (rig) {
       for (const id of await rig.t.services.machineHost.knownMachineIds()) await rig.t.services.machineHost.destroy(id).catch(() => undefined);
