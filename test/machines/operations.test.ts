@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { listQemuProcesses } from '../../src/compute/qemu';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
+import { waitUntil as waitUntilShared } from '../support/service-recovery';
 
 jest.setTimeout(900_000);
 
@@ -21,17 +22,9 @@ const NAME = 'ops';
 
 type Line = Record<string, any>;
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function waitUntil<T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 240_000, everyMs = 250): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
+/** The shared wait, with this suite's defaults (a boot's worth of time, polled every 250 ms). */
+const waitUntil = <T>(what: string, probe: () => Promise<T | undefined | null | false>, timeoutMs = 240_000, everyMs = 250): Promise<T> =>
+  waitUntilShared(what, probe, timeoutMs, everyMs);
 
 const execLines = (res: { text: string }): Line[] => res.text.trim().split('\n').map((line) => JSON.parse(line));
 
