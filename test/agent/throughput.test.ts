@@ -93,5 +93,4 @@ test('exec true round trip', async () => {
   const p50 = samples[Math.floor(samples.length * 0.5)];
   const p99 = samples[Math.floor(samples.length * 0.99)];
   console.log(`exec true round trip over the socket: p50 ${p50.toFixed(2)} ms, p99 ${p99.toFixed(2)} ms`);
-  expect(samples).toHaveLength(200);
 });

@@ -3,6 +3,7 @@
 // leaves no QEMU, database or data folder behind.
 import request from 'supertest';
 import { listQemuProcesses } from '../../src/compute/qemu';
+import { pollUntil, sleep } from '../../src/compute/qemu/wait';
 import { checkContract } from './contract';
 import type { FreshDatabase } from './database';
 import { TEST_IMAGE_DIR } from './images';
@@ -52,17 +53,13 @@ export async function retryWhileImageNotReady(send: () => request.Test): Promise
   }
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
+/** Polls `probe` until it gives something truthy (that), or fails naming `what` once `timeoutMs` have passed. */
 export async function waitUntil<T>(what: string, probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
+  const value = await pollUntil(async () => (await probe()) || undefined, timeoutMs, everyMs);
+  if (!value) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+  return value;
 }
+
 /** One exec's stdout, or null when it did not exit 0. */
 export async function execOf(api: () => ReturnType<typeof request>, auth: Record<string, string>, name: string, argv: string[]): Promise<string | null> {
   const res = await api().post(`/v1/instances/${name}/exec`).set(auth).buffer(true).send({ argv }).expect(checkContract).expect(200);
