@@ -6,6 +6,9 @@ import { ConsoleRig, signIn, startConsole } from '../support/console';
 import { screenshot } from '../support/browser';
 import { bearer, cliTokenFor, createAccount, TEST_PASSWORD } from '../support/harness';
 
+/** Tests that sign in six times: each is a scrypt hash, slow while a guest suite keeps the other core busy (`npm test` runs both). */
+const SIGN_INS_MS = 120_000;
+
 describe('console sign-in', () => {
   let rig: ConsoleRig;
   beforeAll(async () => {
@@ -44,7 +47,7 @@ describe('console sign-in', () => {
     await lock.waitFor();
     expect(page.url()).toBe(`${rig.url}/console/login`);
     expect(problems).toEqual([]);
-  });
+  }, SIGN_INS_MS);
 
   test('after sign-in the browser goes on to the page it asked for, never to another origin', async () => {
     const account = await createAccount(rig.t);
@@ -60,7 +63,7 @@ describe('console sign-in', () => {
       await signIn(other.page, account);
       await other.page.waitForURL(`${rig.url}/`);
     }
-  });
+  }, SIGN_INS_MS);
 
   test('the CLI approval page shows what the query carries as text, not markup', async () => {
     const account = await createAccount(rig.t);
