@@ -28,19 +28,27 @@ const ONE_DATABASE = [
   '<rootDir>/test/integration/worker-process\\.test\\.ts$', // no database: the worker never opens one
   '<rootDir>/test/console/desktop-viewer\\.test\\.ts$',
 ];
-// `npm test` (scripts/run-tests.mjs) runs the suite as two jest runs side by side: the suites that
-// boot real guests (QEMU under TCG takes a core; one at a time, as before) and the rest (no guest),
-// selected here by KISTE_TEST_GROUP. Unset: everything, one file at a time (`npx jest`).
+// `npm test` (scripts/run-tests.mjs) runs the suite as jest runs in two lanes, selected here by
+// KISTE_TEST_GROUP: the suites that boot real guests (QEMU under TCG takes a core; one at a time per
+// lane) and the rest (no guest). The rest ends long before the guest suites, so its lane then runs
+// a few guest suites (guests-b: long, with generous waits, no timing asserted) beside the others
+// (guests-a). `guests` is both; unset: everything, one file at a time (`npx jest`).
 const GUEST_SUITES = [
   'test/machines/(?!cli-image-wait\\.)[^/]+\\.test\\.ts$',
   'test/console/(desktop-viewer|machines)\\.test\\.ts$',
   'test/compute/(machine-display|disks|qemu-process|memory-session|layer-recovery)\\.test\\.ts$',
   'test/images/boot\\.test\\.ts$',
 ];
+const GUEST_SUITES_B = ['test/machines/(image-layers|operations|checkpoints)\\.test\\.ts$'];
+const GROUPS = ['guests', 'guests-a', 'guests-b', 'rest'];
 const group = process.env.KISTE_TEST_GROUP;
-if (group && group !== 'guests' && group !== 'rest') throw new Error(`KISTE_TEST_GROUP must be guests or rest, not ${group}`);
-const selected = group === 'guests' ? { ...base, testMatch: undefined, testRegex: GUEST_SUITES.map((pattern) => `/${pattern}`) } : base;
-const ignore = (more) => ['/node_modules/', ...more, ...(group === 'rest' ? GUEST_SUITES.map((pattern) => `<rootDir>/${pattern}`) : [])];
+if (group && !GROUPS.includes(group)) throw new Error(`KISTE_TEST_GROUP must be one of ${GROUPS.join(', ')}, not ${group}`);
+const rooted = (patterns) => patterns.map((pattern) => `<rootDir>/${pattern}`);
+const selected = group && group !== 'rest'
+  ? { ...base, testMatch: undefined, testRegex: (group === 'guests-b' ? GUEST_SUITES_B : GUEST_SUITES).map((pattern) => `/${pattern}`) }
+  : base;
+const leftOut = { rest: rooted(GUEST_SUITES), 'guests-a': rooted(GUEST_SUITES_B) }[group] ?? [];
+const ignore = (more) => ['/node_modules/', ...more, ...leftOut];
 module.exports = {
   testTimeout: 30000,
   projects: [
