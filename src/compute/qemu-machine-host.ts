@@ -41,6 +41,7 @@ import {
   reapOrphans,
   type StartOptions,
   restoreMemory,
+  runOnAfterInterruptedSave,
   saveMemory,
   snapshotActive,
   startMachine,
@@ -342,7 +343,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   /**
    * A QEMU whose start the last run of the service did not finish: a cold boot waits paused for its
    * folder to be sealed (sealed now, then it runs); a restore that never got its whole state is
-   * dropped (the saved session is still there for the next resume).
+   * dropped (the saved session is still there for the next resume). One that a save left paused
+   * (the source of a fork with memory, a stop's save) runs on.
    */
   private async settleStart(id: string, machine: QemuMachine | undefined): Promise<QemuMachine | undefined> {
     if (!machine) return undefined;
@@ -357,6 +359,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       await trackChanges(machine);
       await machine.qmp.execute('cont');
     }
+    if (status === 'paused' || status === 'postmigrate' || status === 'finish-migrate') await runOnAfterInterruptedSave(machine);
     return machine;
   }
 

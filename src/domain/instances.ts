@@ -154,11 +154,7 @@ export class Instances {
   async fork(accountId: string, sourceName: string, request: ForkRequest): Promise<Instance> {
     const source = await this.get(accountId, sourceName);
     if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
-    const current = await this.startableImage();
-    // A copy of the memory runs the kernel and devices the source runs; a fresh boot takes the newest image.
-    const image = request.memory && source.imageVersion
-      ? { profile: source.imageProfile as ImageProfile, version: source.imageVersion, artifactKey: source.artifactKey ?? source.imageVersion }
-      : current;
+    const image = forkImage(source, request.memory, await this.startableImage());
     const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
     await this.checkHostRoom(shape.memoryMib);
     const now = this.clock.now();
@@ -178,6 +174,7 @@ export class Instances {
       setupError: source.setupStatus === 'pending' || source.setupStatus === 'running' ? 'The machine was forked while its environment setup was running' : source.setupError,
       expiresAt: ttlSeconds ? new Date(now.getTime() + ttlSeconds * 1000) : null, // never the source's deadline
       guestHostname: copyName,
+      operationInput: { source_id: source.id, memory: request.memory } satisfies ForkInput,
     }));
     const final = await this.operations.run(copy, async () => {
       const identity = await this.identity(copy);
@@ -305,12 +302,13 @@ export class Instances {
   /**
    * At start: makes the rows true again after the service died. Running machines are adopted;
    * an operation cut short is finished as the caller asked (stop, delete; restart, resume and
-   * upgrade boot the machine again, a create on the universal image is made again, in the
-   * background) or, where it cannot be, rolled back to what the host really has; machine files no
+   * upgrade boot the machine again, a create on the universal image is made again, a fork is made
+   * again from its source once every machine is adopted, in the background) or, where it cannot be, rolled back to what the host really has; machine files no
    * row knows are removed (no orphans).
    */
   async reconcile(): Promise<void> {
     const rows = await this.stores.instances.all();
+    const afterAdoption: (() => void)[] = []; // a fork again needs its source adopted first
     for (const row of rows) {
       const alive = await this.host.adopt(row.id).catch(() => false);
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
@@ -330,7 +328,9 @@ export class Instances {
       if (finishWork) {
         const image = await this.startableImage().catch(() => null); // none ready: rolled back below
         if (image) {
-          void this.operations.run(row, () => finishWork(image));
+          const finish = () => void this.operations.run(row, () => finishWork(image));
+          if (row.operation === 'fork') afterAdoption.push(finish);
+          else finish();
           continue;
         }
       }
@@ -345,6 +345,7 @@ export class Instances {
         );
       }
     }
+    for (const finish of afterAdoption) finish();
     await this.host.removeStrays(rows.map((row) => row.id)); // no machine runs that no record owns
     await this.host.removeUnusedLayers();
   }
@@ -357,6 +358,10 @@ export class Instances {
       case 'restart':
       case 'upgrade':
         return (image) => this.freshBootWork(row, image);
+      case 'fork': {
+        const input = forkInputOf(row.operationInput);
+        return input ? (image) => this.forkAgainWork(row, input, image) : null;
+      }
       case 'create':
         // A create on the universal image without an environment is made again from the start; one
         // with a private image or an environment needs what only the caller's request held, and
@@ -372,6 +377,18 @@ export class Instances {
     await this.host.destroy(row.id);
     const identity = await this.identity(row);
     return startedOutcome(image, identity, await this.host.create(row.id, image, shapeOf(row), identity));
+  }
+
+  /** What a fork cut short left is removed, and the copy is made again from its source (which must still run). */
+  private async forkAgainWork(copy: Instance, input: ForkInput, current: HostImage): Promise<OperationOutcome> {
+    const source = await this.stores.instances.findById(input.source_id);
+    if (!source || source.accountId !== copy.accountId || !(await this.host.isRunning(source.id))) {
+      throw new Error('interrupted by a service restart, and its source no longer runs to be forked again');
+    }
+    await this.host.destroy(copy.id);
+    const image = forkImage(source, input.memory, current);
+    const identity = await this.identity(copy);
+    return startedOutcome(image, identity, await this.host.fork(source.id, copy.id, image, shapeOf(copy), identity, { memory: input.memory }));
   }
 
   private async lifecycle(
@@ -491,6 +508,25 @@ function runningOutcome(started: StartedMachine, booted: { image: HostImage; hos
     },
     event: { type: 'instance.running', data },
   };
+}
+
+/** What a fork records to be made again after a crash (Instance.operationInput). */
+interface ForkInput {
+  source_id: string;
+  memory: boolean;
+}
+
+function forkInputOf(value: unknown): ForkInput | null {
+  if (typeof value !== 'object' || value === null) return null;
+  const { source_id: sourceId, memory } = value as Record<string, unknown>;
+  return typeof sourceId === 'string' && typeof memory === 'boolean' ? { source_id: sourceId, memory } : null;
+}
+
+/** A copy of the memory runs the kernel and devices the source runs; a fresh boot takes the newest image. */
+function forkImage(source: Instance, memory: boolean, current: HostImage): HostImage {
+  return memory && source.imageVersion
+    ? { profile: source.imageProfile as ImageProfile, version: source.imageVersion, artifactKey: source.artifactKey ?? source.imageVersion }
+    : current;
 }
 
 function shapeOf(instance: Instance): MachineShape {

@@ -1,7 +1,7 @@
 // Instance rows. Every query names the account, except the host-wide ones the background jobs use
 // (reconciliation, expiry), which say so.
 import type { Transaction } from '../domain/transactions';
-import type { Instance, Prisma } from '../generated/prisma/sqlite/client';
+import { Prisma, type Instance } from '../generated/prisma/sqlite/client';
 import type { Db } from './prisma';
 import { clientFor } from './transactions';
 
@@ -55,8 +55,10 @@ export class InstanceStore {
     return count === 1;
   }
 
+  /** An update that ends the operation (`operation: null`) clears its input too. */
   update(id: string, data: InstanceUpdate, tx?: Transaction): Promise<Instance> {
-    return clientFor(tx, this.db).instance.update({ where: { id }, data });
+    const ending = data.operation === null ? { operationInput: Prisma.DbNull } : {};
+    return clientFor(tx, this.db).instance.update({ where: { id }, data: { ...data, ...ending } });
   }
 
   delete(tx: Transaction, id: string): Promise<unknown> {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { databaseTarget, openDatabase, type Database } from '../../src/db/database';
 import { migrateDatabase, readMigrations } from '../../src/db/migrate';
 import { freshDatabaseUrl, openTestDatabase, type FreshDatabase } from '../support/database';
+import { InstanceStore } from '../../src/store/instances';
 
 const onPostgres = process.env.KISTE_TEST_DB === 'postgres';
 
@@ -99,6 +100,23 @@ describe('models', () => {
     await db.prisma.session.create({ data: { id: 'ses_2', accountId: 'acc_2', kind: 'cli', tokenHash: 'h2', expiresAt: new Date() } });
     await db.prisma.account.delete({ where: { id: 'acc_2' } });
     expect(await db.prisma.session.count({ where: { accountId: 'acc_2' } })).toBe(0);
+  });
+
+  it("clears an operation's input when an update ends the operation, and only then", async () => {
+    await db.prisma.account.create({ data: { id: 'acc_3', email: 'cy@example.com', passwordHash: 'p' } });
+    const instances = new InstanceStore(db.prisma);
+    const input = { source_id: 'ins_source', memory: true };
+    await db.prisma.instance.create({
+      data: {
+        id: 'ins_fork', accountId: 'acc_3', name: 'copy', image: 'universal', imageProfile: 'minimal', artifactKey: 'k', status: 'starting',
+        desiredState: 'running', vcpu: 1, memoryMib: 512, diskMib: 2048, sshPublicKey: 'ssh-ed25519 AAAA', guestHostname: 'copy',
+        operation: 'fork', operationStartedAt: new Date(), operationInput: input,
+      },
+    });
+    expect((await instances.update('ins_fork', { errorMessage: 'still going' })).operationInput).toEqual(input);
+    const ended = await instances.update('ins_fork', { status: 'running', operation: null, operationStartedAt: null });
+    expect(ended.operation).toBeNull();
+    expect(ended.operationInput).toBeNull();
   });
 
   // Each provider has its own storage check; neither is skipped on the other, it simply is not declared there.

@@ -1,9 +1,9 @@
 // Crash safety, kill -9 of the service in the middle of an operation (a restart while the new QEMU
-// boots, and after the old one is off; a create; a stop with session once its save has begun): the
-// next start finishes or rolls back the operation (a restart and a create always finish: they end
-// running, as the caller asked), so the instance is running with commands working, or stopped with
-// no QEMU, and holds no operation; and a machine adopted after a restart still stops with its
-// session and resumes it.
+// boots, and after the old one is off; a create; a fork with memory while its source is paused; a
+// stop with session once its save has begun): the next start finishes or rolls back the operation
+// (a restart, a create and a fork always finish: they end running, as the caller asked), so the
+// instance is running with commands working, or stopped with no QEMU, and holds no operation; and a
+// machine adopted after a restart still stops with its session and resumes it.
 // On one database (jest.config.js): its subject is the host side (QEMU processes, machine folders,
 // adoption); the rows it reads back go through the same store as everywhere else, and recovery.test.ts
 // proves the restart path on both.
@@ -48,6 +48,16 @@ describe('kill -9 of the service in the middle of an operation', () => {
     const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
     try {
       return await database.prisma.instance.findUnique({ where: { id } });
+    } finally {
+      await database.close();
+    }
+  }
+
+  /** The instance row of a name, once it exists. */
+  async function rowNamed(name: string) {
+    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
+    try {
+      return await database.prisma.instance.findFirst({ where: { name } });
     } finally {
       await database.close();
     }
@@ -151,14 +161,7 @@ describe('kill -9 of the service in the middle of an operation', () => {
     const create = api().post('/v1/instances').set(auth)
       .send({ profile: 'desktop', name: 'halfway', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: SSH_KEY })
       .then((res) => res, (error: Error) => error);
-    const halfway = await waitUntil('the create to be recorded', async () => {
-      const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
-      try {
-        return await database.prisma.instance.findFirst({ where: { name: 'halfway' } });
-      } finally {
-        await database.close();
-      }
-    }, 60_000, 20);
+    const halfway = await waitUntil('the create to be recorded', () => rowNamed('halfway'), 60_000, 20);
     await killMidway(halfway.id, 'create');
     for (const pid of qemuOf(halfway.id)) process.kill(pid, 'SIGKILL'); // whatever the create had started goes too
     await create;
@@ -187,6 +190,29 @@ describe('kill -9 of the service in the middle of an operation', () => {
     const current = await row(id);
     expect({ status: resumed.status, error: current?.errorMessage ?? null }).toEqual({ status: 'running', error: null });
     expect(await execOnce('midway', ['sh', '-c', 'kill -0 "$(cat /tmp/sleeper)" && echo alive'])).toBe('alive\n'); // resumed, not booted
+  });
+
+  it('finishes a fork with memory cut short while its source is paused: the source runs on, the copy is made again', async () => {
+    expect(id).toBeDefined();
+    expect(await execOnce('midway', ['sh', '-c', 'setsid sleep 300000 > /dev/null 2>&1 < /dev/null & echo $! > /tmp/sleeper3; echo started'])).toBe('started\n');
+    const fork = api().post('/v1/instances/midway/fork').set(auth).send({ name: 'twin', memory: true }).then((res) => res, (error: Error) => error);
+    const twin = await waitUntil('the fork to be recorded', () => rowNamed('twin'), 60_000, 20);
+    // The source stands paused while its device state goes to the copy's memory.state.part: kill the service then.
+    const part = join(fresh.dataDir, 'machines', twin.id, 'memory.state.part');
+    await waitUntil("the fork to save its source's state", () => existsSync(part), 120_000, 2);
+    await killMidway(twin.id, 'fork');
+    await fork;
+    expect(qemuOf(id)).toHaveLength(1); // the source outlives the service
+    service = await startService();
+    await waitUntil('the interrupted fork to finish', async () => (await row(twin.id))?.operation === null, 240_000, 500);
+    expect(await expectConsistent('twin', twin.id, 240_000)).toBe('running');
+    expect(await expectConsistent('midway', id, 60_000)).toBe('running');
+    // The source ran on where it was (not booted again), and the copy continues its memory.
+    expect(await execOnce('midway', ['sh', '-c', 'kill -0 "$(cat /tmp/sleeper3)" && echo alive'])).toBe('alive\n');
+    expect(await execOnce('twin', ['sh', '-c', 'kill -0 "$(cat /tmp/sleeper3)" && echo alive'])).toBe('alive\n');
+    expect((await row(twin.id))!.operationInput).toBeNull(); // the fork's input went with the operation
+    await api().delete('/v1/instances/twin').set(auth).expect(checkContract).expect(200);
+    expect(qemuOf(twin.id)).toEqual([]);
   });
 
   it('finishes or rolls back a stop with session cut short during the save', async () => {

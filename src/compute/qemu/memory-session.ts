@@ -126,6 +126,20 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
   return { stateFile, stateBytes: statSync(stateFile).size, ignoreShared, saveMs, totalMs: Date.now() - started };
 }
 
+/**
+ * A machine a save left paused because the process driving it died (the save of a stop, the source
+ * of a fork with memory): the migration, which streamed to that process, fails or is cancelled,
+ * and the machine runs on. A stop still owed is the caller's to finish.
+ */
+export async function runOnAfterInterruptedSave(machine: QemuMachine, timeoutMs = 10_000): Promise<void> {
+  const settled = await pollUntil(async () => {
+    const info = await machine.qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
+    return ['active', 'setup', 'device', 'pre-switchover', 'cancelling', 'wait-unplug'].includes(info.status ?? '') ? undefined : true;
+  }, timeoutMs, 50);
+  if (!settled) await machine.qmp.execute('migrate_cancel');
+  await machine.qmp.execute('cont');
+}
+
 export interface RestoreOptions extends StartOptions {
   stateFile: string;
   timeoutMs?: number;

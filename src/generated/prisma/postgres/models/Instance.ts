@@ -127,6 +127,7 @@ export type InstanceCountAggregateOutputType = {
   setupError: number
   operation: number
   operationStartedAt: number
+  operationInput: number
   errorMessage: number
   createdAt: number
   updatedAt: number
@@ -235,6 +236,7 @@ export type InstanceCountAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationInput?: true
   errorMessage?: true
   createdAt?: true
   updatedAt?: true
@@ -354,6 +356,7 @@ export type InstanceGroupByOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationInput: runtime.JsonValue | null
   errorMessage: string | null
   createdAt: Date
   updatedAt: Date
@@ -409,6 +412,7 @@ export type InstanceWhereInput = {
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -446,6 +450,7 @@ export type InstanceOrderByWithRelationInput = {
   setupError?: Prisma.SortOrderInput | Prisma.SortOrder
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -487,6 +492,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -524,6 +530,7 @@ export type InstanceOrderByWithAggregationInput = {
   setupError?: Prisma.SortOrderInput | Prisma.SortOrder
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -564,6 +571,7 @@ export type InstanceScalarWhereWithAggregatesInput = {
   setupError?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
@@ -595,6 +603,7 @@ export type InstanceCreateInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -632,6 +641,7 @@ export type InstanceUncheckedCreateInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -667,6 +677,7 @@ export type InstanceUpdateInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -704,6 +715,7 @@ export type InstanceUncheckedUpdateInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -740,6 +752,7 @@ export type InstanceCreateManyInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -771,6 +784,7 @@ export type InstanceUpdateManyMutationInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -803,6 +817,7 @@ export type InstanceUncheckedUpdateManyInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -850,6 +865,7 @@ export type InstanceCountOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationInput?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -1062,6 +1078,7 @@ export type InstanceCreateWithoutAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1097,6 +1114,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1162,6 +1180,7 @@ export type InstanceScalarWhereInput = {
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -1193,6 +1212,7 @@ export type InstanceCreateWithoutCommandsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1229,6 +1249,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1279,6 +1300,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1315,6 +1337,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1349,6 +1372,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1385,6 +1409,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1435,6 +1460,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1471,6 +1497,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1505,6 +1532,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1541,6 +1569,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1591,6 +1620,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1627,6 +1657,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1661,6 +1692,7 @@ export type InstanceCreateWithoutSetupInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1697,6 +1729,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1747,6 +1780,7 @@ export type InstanceUpdateWithoutSetupInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1783,6 +1817,7 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1817,6 +1852,7 @@ export type InstanceCreateManyAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1848,6 +1884,7 @@ export type InstanceUpdateWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1883,6 +1920,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1918,6 +1956,7 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1999,6 +2038,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2037,6 +2077,7 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2070,6 +2111,7 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2103,12 +2145,13 @@ export type InstanceSelectScalar = {
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
@@ -2196,6 +2239,11 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      */
     operation: string | null
     operationStartedAt: Date | null
+    /**
+     * What finishing that operation after a crash needs beyond the row ({source_id, memory} for a
+     * fork); cleared with the operation.
+     */
+    operationInput: runtime.JsonValue | null
     errorMessage: string | null
     createdAt: Date
     updatedAt: Date
@@ -2653,6 +2701,7 @@ export interface InstanceFieldRefs {
   readonly setupError: Prisma.FieldRef<"Instance", 'String'>
   readonly operation: Prisma.FieldRef<"Instance", 'String'>
   readonly operationStartedAt: Prisma.FieldRef<"Instance", 'DateTime'>
+  readonly operationInput: Prisma.FieldRef<"Instance", 'Json'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Instance", 'DateTime'>

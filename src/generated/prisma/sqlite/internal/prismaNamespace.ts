@@ -2269,6 +2269,7 @@ export const InstanceScalarFieldEnum = {
   setupError: 'setupError',
   operation: 'operation',
   operationStartedAt: 'operationStartedAt',
+  operationInput: 'operationInput',
   errorMessage: 'errorMessage',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'

@@ -127,6 +127,7 @@ export type InstanceCountAggregateOutputType = {
   setupError: number
   operation: number
   operationStartedAt: number
+  operationInput: number
   errorMessage: number
   createdAt: number
   updatedAt: number
@@ -235,6 +236,7 @@ export type InstanceCountAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationInput?: true
   errorMessage?: true
   createdAt?: true
   updatedAt?: true
@@ -354,6 +356,7 @@ export type InstanceGroupByOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationInput: runtime.JsonValue | null
   errorMessage: string | null
   createdAt: Date
   updatedAt: Date
@@ -409,6 +412,7 @@ export type InstanceWhereInput = {
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -446,6 +450,7 @@ export type InstanceOrderByWithRelationInput = {
   setupError?: Prisma.SortOrderInput | Prisma.SortOrder
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -487,6 +492,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -524,6 +530,7 @@ export type InstanceOrderByWithAggregationInput = {
   setupError?: Prisma.SortOrderInput | Prisma.SortOrder
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -564,6 +571,7 @@ export type InstanceScalarWhereWithAggregatesInput = {
   setupError?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
@@ -595,6 +603,7 @@ export type InstanceCreateInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -632,6 +641,7 @@ export type InstanceUncheckedCreateInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -667,6 +677,7 @@ export type InstanceUpdateInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -704,6 +715,7 @@ export type InstanceUncheckedUpdateInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -740,6 +752,7 @@ export type InstanceCreateManyInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -771,6 +784,7 @@ export type InstanceUpdateManyMutationInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -803,6 +817,7 @@ export type InstanceUncheckedUpdateManyInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -850,6 +865,7 @@ export type InstanceCountOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationInput?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -1062,6 +1078,7 @@ export type InstanceCreateWithoutAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1097,6 +1114,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1161,6 +1179,7 @@ export type InstanceScalarWhereInput = {
   setupError?: Prisma.StringNullableFilter<"Instance"> | string | null
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
+  operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -1192,6 +1211,7 @@ export type InstanceCreateWithoutCommandsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1228,6 +1248,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1278,6 +1299,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1314,6 +1336,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1348,6 +1371,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1384,6 +1408,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1434,6 +1459,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1470,6 +1496,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1504,6 +1531,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1540,6 +1568,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1590,6 +1619,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1626,6 +1656,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1660,6 +1691,7 @@ export type InstanceCreateWithoutSetupInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1696,6 +1728,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1746,6 +1779,7 @@ export type InstanceUpdateWithoutSetupInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1782,6 +1816,7 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1816,6 +1851,7 @@ export type InstanceCreateManyAccountInput = {
   setupError?: string | null
   operation?: string | null
   operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1847,6 +1883,7 @@ export type InstanceUpdateWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1882,6 +1919,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1917,6 +1955,7 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1998,6 +2037,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2036,6 +2076,7 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2069,6 +2110,7 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2102,12 +2144,13 @@ export type InstanceSelectScalar = {
   setupError?: boolean
   operation?: boolean
   operationStartedAt?: boolean
+  operationInput?: boolean
   errorMessage?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
@@ -2195,6 +2238,11 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      */
     operation: string | null
     operationStartedAt: Date | null
+    /**
+     * What finishing that operation after a crash needs beyond the row ({source_id, memory} for a
+     * fork); cleared with the operation.
+     */
+    operationInput: runtime.JsonValue | null
     errorMessage: string | null
     createdAt: Date
     updatedAt: Date
@@ -2652,6 +2700,7 @@ export interface InstanceFieldRefs {
   readonly setupError: Prisma.FieldRef<"Instance", 'String'>
   readonly operation: Prisma.FieldRef<"Instance", 'String'>
   readonly operationStartedAt: Prisma.FieldRef<"Instance", 'DateTime'>
+  readonly operationInput: Prisma.FieldRef<"Instance", 'Json'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Instance", 'DateTime'>
