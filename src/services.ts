@@ -130,6 +130,8 @@ export interface ServiceOptions {
   mailSender?: MailSender;
   /** Where the built console and CLI download are read from (default: dist/ of the package). */
   builtFiles?: BuiltFiles;
+  /** How long a presented credential is trusted without a database read (default 1 s); tests lengthen it. */
+  credentialCacheTtlMs?: number;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -174,7 +176,7 @@ export function createServices(config: Config, database: Database, options: Serv
     onAgentLinkDropped: () => metrics.linkDropped('agent'),
   });
   const secretKey = installationSecret(config);
-  const credentials = new Credentials(stores, secretKey, clock);
+  const credentials = new Credentials(stores, secretKey, clock, database.credentialChanges, options.credentialCacheTtlMs);
   const imageStore = new ImageStore(db);
   const currentImage = () => machineHost.currentImage(config.imageProfile);
   const imageBuilds = new ImageBuilds(transactions, imageStore, {

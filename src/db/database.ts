@@ -8,6 +8,7 @@ import { PrismaClient as PostgresPrismaClient } from '../generated/prisma/postgr
 import { PrismaClient as SqlitePrismaClient } from '../generated/prisma/sqlite/client';
 import { CommitSignal, withCommitSignal } from './commit-signal';
 import { migrateDatabase, SQLITE_BUSY_TIMEOUT_MS, type MigrationTarget } from './migrate';
+import { CREDENTIALS_CHANNEL, CredentialChanges } from './credential-changes';
 import { PostgresListener } from './postgres-listener';
 
 /** The client type every store uses, whatever the provider (both clients have the same models). */
@@ -18,6 +19,8 @@ export interface Database {
   provider: 'sqlite' | 'postgresql';
   /** Announces committed event appends per account (from any process on PostgreSQL). */
   commits: CommitSignal;
+  /** Accounts whose credentials ended or changed, announced to every process (on PostgreSQL). */
+  credentialChanges: CredentialChanges;
   close(): Promise<void>;
 }
 
@@ -68,7 +71,8 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
     // (the adapter keeps one connection), so cascades never depend on how the addon was compiled.
     await prisma.$executeRawUnsafe('PRAGMA foreign_keys = ON');
     const commits = new CommitSignal();
-    return { prisma: withCommitSignal(prisma, 'sqlite', commits), provider: 'sqlite', commits, close: () => prisma.$disconnect() };
+    const credentialChanges = new CredentialChanges(null);
+    return { prisma: withCommitSignal(prisma, 'sqlite', commits), provider: 'sqlite', commits, credentialChanges, close: () => prisma.$disconnect() };
   }
 
   // The PostgreSQL client is generated from the same models, so its model API is the SQLite one's
@@ -76,12 +80,14 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Database>
   // still sees two unrelated class types; this is the one place we treat it as the common type.
   const prisma = new PostgresPrismaClient({ adapter: new PrismaPg({ connectionString: target.url }) }) as unknown as Db;
   const commits = new CommitSignal();
-  const listener = new PostgresListener(target.url, commits);
+  const credentialChanges = new CredentialChanges((accountId) => prisma.$executeRaw`SELECT pg_notify(${CREDENTIALS_CHANNEL}, ${accountId})`);
+  const listener = new PostgresListener(target.url, commits, credentialChanges);
   await listener.start();
   return {
     prisma: withCommitSignal(prisma, 'postgresql', commits),
     provider: 'postgresql',
     commits,
+    credentialChanges,
     async close() {
       await listener.close();
       await prisma.$disconnect();

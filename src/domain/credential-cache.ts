@@ -1,8 +1,9 @@
 // A short-lived in-process cache of presented credentials (by token hash), so a script calling
 // the API in a loop costs no database read per request. Bounded in time and size. Whatever ends or
-// changes a credential or an account in this process drops that account's entries at once
-// (Credentials.forgetAccount); other processes sharing a PostgreSQL database see the change within
-// the time to live.
+// changes a credential or an account drops that account's entries at once, in every process that
+// shares the database (Credentials.forgetAccount); a read that began before such a drop is not
+// cached, so it cannot put back what the drop removed. The time to live bounds what a lost
+// announcement can cost.
 import type { AuthContext } from './auth-context';
 
 export const CREDENTIAL_CACHE_TTL_MS = 1_000;
@@ -19,6 +20,11 @@ export interface CachedCredential {
 
 export class CredentialCache {
   private readonly entries = new Map<string, CachedCredential>();
+  /** Counts drops; `droppedAt` holds, per account, the count at its latest drop. */
+  private drops = 0;
+  private readonly droppedAt = new Map<string, number>();
+  /** The newest drop no longer in `droppedAt` (the map is bounded): a read older than it is not cached. */
+  private forgottenDrop = 0;
 
   constructor(private readonly ttlMs = CREDENTIAL_CACHE_TTL_MS) {}
 
@@ -32,14 +38,30 @@ export class CredentialCache {
     return entry;
   }
 
-  set(tokenHash: string, entry: Omit<CachedCredential, 'freshUntil'>, now: Date): CachedCredential {
-    if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!);
+  /** Where a database read starts: hand it to `set` with what the read found. */
+  position(): number {
+    return this.drops;
+  }
+
+  /** Caches what a read from `readFrom` found, unless the account's credentials were dropped since it began. */
+  set(tokenHash: string, entry: Omit<CachedCredential, 'freshUntil'>, now: Date, readFrom: number): CachedCredential {
     const cached = { ...entry, freshUntil: now.getTime() + this.ttlMs };
+    const lastDrop = Math.max(this.droppedAt.get(entry.auth.accountId) ?? 0, this.forgottenDrop);
+    if (lastDrop > readFrom) return cached; // used for this request, not kept
+    if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value!);
     this.entries.set(tokenHash, cached);
     return cached;
   }
 
   forgetAccount(accountId: string): void {
+    this.drops++;
+    this.droppedAt.delete(accountId); // re-inserted: the map stays in order of the latest drop
+    this.droppedAt.set(accountId, this.drops);
+    if (this.droppedAt.size > MAX_ENTRIES) {
+      const [oldest, at] = this.droppedAt.entries().next().value!;
+      this.droppedAt.delete(oldest);
+      this.forgottenDrop = at;
+    }
     for (const [hash, entry] of this.entries) if (entry.auth.accountId === accountId) this.entries.delete(hash);
   }
 }

@@ -13,14 +13,27 @@ import { hmacBase64Url, sha256Hex, TOKEN_PREFIX } from './secrets';
 /** last_used_at is written at most this often per credential, to keep reads cheap. */
 const TOUCH_INTERVAL_MS = 5_000;
 
+/** Tells every process of the service (control-plane replicas) that an account's credentials changed. */
+export interface CredentialChangeFeed {
+  /** Announces the change here and to the other processes; resolves once it is sent. */
+  publish(accountId: string): Promise<void>;
+  /** Calls `listener` for each announcement, from this process or another. */
+  subscribe(listener: (accountId: string) => void): unknown;
+}
+
 export class Credentials {
-  private readonly cache = new CredentialCache();
+  private readonly cache: CredentialCache;
 
   constructor(
     private readonly stores: { apiTokens: ApiTokenStore; sessions: SessionStore },
     private readonly secretKey: Buffer,
     private readonly clock: Clock,
-  ) {}
+    private readonly changes: CredentialChangeFeed,
+    cacheTtlMs?: number,
+  ) {
+    this.cache = new CredentialCache(cacheTtlMs);
+    changes.subscribe((accountId) => this.cache.forgetAccount(accountId));
+  }
 
   authenticateBearer(token: string): Promise<AuthContext> {
     if (token.startsWith(TOKEN_PREFIX.apiKey)) return this.authenticate(token, 'api_key');
@@ -33,9 +46,14 @@ export class Credentials {
     return this.authenticate(cookieValue, 'browser');
   }
 
-  /** Drops cached credentials of the account: call after anything that ends or changes them. */
-  forgetAccount(accountId: string): void {
-    this.cache.forgetAccount(accountId);
+  /**
+   * Drops cached credentials of the account, in every process: call after anything that ends or
+   * changes them (and before answering, so no replica accepts what the caller was told is gone).
+   */
+  async forgetAccount(accountId: string): Promise<void> {
+    // Dropped here before anything is sent; should the announcement fail, the other processes
+    // still read the account afresh within the cache's time to live.
+    await this.changes.publish(accountId).catch(() => undefined);
   }
 
   csrfFor(sessionId: string): string {
@@ -51,12 +69,13 @@ export class Credentials {
     const hash = sha256Hex(token);
     let entry = this.cache.get(hash, now);
     if (!entry) {
+      const readFrom = this.cache.position();
       const found = kind === 'api_key'
         ? await this.stores.apiTokens.findActiveByHash(hash, now)
         : await this.stores.sessions.findActiveByHash(hash, kind, now);
       if (!found) throw invalid();
       const auth = { accountId: found.accountId, kind, credentialId: found.id, account: found.account };
-      entry = this.cache.set(hash, { auth, expiresAt: found.expiresAt, lastUsedAt: found.lastUsedAt }, now);
+      entry = this.cache.set(hash, { auth, expiresAt: found.expiresAt, lastUsedAt: found.lastUsedAt }, now, readFrom);
     }
     if (!entry.lastUsedAt || now.getTime() - entry.lastUsedAt.getTime() >= TOUCH_INTERVAL_MS) {
       if (kind === 'api_key') await this.stores.apiTokens.touch(entry.auth.credentialId, now);

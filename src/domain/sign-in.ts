@@ -34,7 +34,7 @@ export class SignIn {
     private readonly limits: Limits,
     private readonly clock: Clock,
     /** Drops cached credentials of an account changed outside an authenticated request. */
-    private readonly forgetAccount: (accountId: string) => void,
+    private readonly forgetAccount: (accountId: string) => Promise<void>,
   ) {}
 
   async passwordSignIn(email: string, password: string, browserToken: string | undefined, client: ClientInfo): Promise<BrowserSignIn> {
@@ -54,7 +54,7 @@ export class SignIn {
         const updated = await this.stores.accounts.recordUnknownBrowserFailure(
           account.id, now, this.limits.signInFailureWindowMs, this.limits.signInFailuresBeforeLock,
         );
-        this.forgetAccount(account.id);
+        await this.forgetAccount(account.id);
         if (updated.signInLockedAt) throw new KisteError('A06');
       }
       throw new KisteError('A05');
@@ -124,7 +124,7 @@ export class SignIn {
       }
       return count === 1;
     });
-    this.forgetAccount(accountId);
+    await this.forgetAccount(accountId);
     if (!revoked) throw new KisteError('A11');
   }
 

@@ -67,7 +67,7 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
   } finally {
     // A write may end or change credentials of the account (logout, revoke, unlock, deletion…):
     // the cached ones are read afresh on the next request.
-    if (auth && !SAFE_METHODS.has(meta.method)) services.credentials.forgetAccount(auth.accountId);
+    if (auth && !SAFE_METHODS.has(meta.method)) await services.credentials.forgetAccount(auth.accountId);
   }
   await sendResult(res, result, info.secure);
 }

@@ -16,6 +16,7 @@ import { cookieName } from '../../src/http/cookies';
 import { createServices, Services, type ServiceOptions } from '../../src/services';
 import type { Account } from '../../src/store/accounts';
 import { checkContract } from './contract';
+import { openDatabase } from '../../src/db/database';
 import { openTestDatabase } from './database';
 import { testUidBase } from './jail';
 
@@ -27,6 +28,8 @@ export interface TestService {
   config: Config;
   /** supertest against the app; every response is contract-checked. */
   api: Record<Method, (path: string) => request.Test>;
+  /** The PostgreSQL database's URL (undefined: SQLite in the data folder). */
+  databaseUrl: string | undefined;
   close(): Promise<void>;
 }
 
@@ -48,11 +51,17 @@ export interface TestServiceOptions {
   machineDisplay?: ServiceOptions['machineDisplay'];
   /** Receives every log line of the service (requests and domain, debug level and up); silent without it. */
   log?: (line: string) => void;
+  /** A second control-plane replica: the PostgreSQL database of this one (which keeps and drops it). */
+  replicaOf?: TestService;
+  /** How long a presented credential is trusted without a database read (default 1 s). */
+  credentialCacheTtlMs?: number;
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
-  const database = await openTestDatabase();
+  const shared = options.replicaOf?.databaseUrl;
+  if (options.replicaOf && !shared) throw new Error('replicas share a PostgreSQL database; SQLite is one process\'s');
   const dataDir = mkdtempSync(join(tmpdir(), 'kiste-test-'));
+  const database = shared ? { ...(await openDatabase({ url: shared, dataDir })), url: shared } : await openTestDatabase();
   const config = loadConfig({
     KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000',
     KISTE_MACHINE_UID_BASE: String(testUidBase()), // network rules of its own (see support/jail.ts)
@@ -71,6 +80,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     tunnels: options.tunnels,
     builtFiles: options.builtFiles,
     machineDisplay: options.machineDisplay,
+    credentialCacheTtlMs: options.credentialCacheTtlMs,
   });
   const app = await createApp(services, logger);
   const api = Object.fromEntries(
@@ -85,6 +95,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     services,
     config,
     api,
+    databaseUrl: database.url,
     async close() {
       await services.machineJail.unloadFirewall();
       await database.close();
