@@ -1,8 +1,14 @@
 // Periodic work of a running service: due account deletions, the uptime heartbeat, event retention,
 // instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries. Each job
-// runs again only after its previous run finished; stop() waits for running ones.
+// runs again only after its previous run finished; stop() waits for running ones. Jobs that claim
+// each piece of work in the database (deliveries, alert e-mail) and the heartbeat run in every
+// control-plane replica; the others only where the leadership is held (src/db/leader-lock.ts).
 import type { Logger } from 'pino';
+import { SOLE_PROCESS, type Leadership } from './db/leader-lock';
 import type { Services } from './services';
+
+/** How often a replica that does not lead looks again whether it does (then runs what is due). */
+const FOLLOWER_LOOK_MS = 3_000;
 
 interface Job {
   name: string;
@@ -10,6 +16,8 @@ interface Job {
   run(): Promise<unknown>;
   /** For a job whose run() loops by itself: asks it to end (stop() then waits for it). */
   stop?(): void;
+  /** Safe to run in several replicas at once (it claims its work, or it is about this process). */
+  everyReplica?: boolean;
 }
 
 export class BackgroundJobs {
@@ -17,12 +25,16 @@ export class BackgroundJobs {
   private running = new Set<Promise<unknown>>();
   private stopped = false;
 
-  constructor(private readonly jobs: Job[], private readonly logger: Logger) {}
+  constructor(private readonly jobs: Job[], private readonly logger: Logger, private readonly leadership: Leadership = SOLE_PROCESS) {}
 
   start(): void {
     for (const job of this.jobs) {
       const tick = () => {
         if (this.stopped) return;
+        if (!job.everyReplica && !this.leadership.held()) {
+          this.timers.push(setTimeout(tick, Math.min(job.everyMs, FOLLOWER_LOOK_MS)));
+          return;
+        }
         const run = job.run().catch((error) => this.logger.error({ err: error, job: job.name }, 'background job failed'));
         this.running.add(run);
         void run.finally(() => {
@@ -42,20 +54,21 @@ export class BackgroundJobs {
   }
 }
 
-export function serviceJobs(services: Services, logger: Logger): BackgroundJobs {
+export function serviceJobs(services: Services, logger: Logger, leadership: Leadership = SOLE_PROCESS): BackgroundJobs {
   return new BackgroundJobs(
     [
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
-      { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat() },
+      { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat(), everyReplica: true },
       { name: 'event-retention', everyMs: 3_600_000, run: () => services.events.removeExpired() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
       { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },
       // loops by itself: what is due every second, at once when an event commits (it may have queued deliveries)
-      { name: 'webhook-deliveries', everyMs: 1_000, run: () => services.webhookDeliveries.runForever(1_000), stop: () => services.webhookDeliveries.stop() },
-      { name: 'alert-email', everyMs: 5_000, run: () => services.alerts.outbox.run() },
+      { name: 'webhook-deliveries', everyMs: 1_000, run: () => services.webhookDeliveries.runForever(1_000), stop: () => services.webhookDeliveries.stop(), everyReplica: true },
+      { name: 'alert-email', everyMs: 5_000, run: () => services.alerts.outbox.run(), everyReplica: true },
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
     ],
     logger,
+    leadership,
   );
 }

@@ -5,6 +5,7 @@ import { createServer as createHttpServer, Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { serviceJobs } from './background';
+import { PostgresLeaderLock, SOLE_PROCESS } from './db/leader-lock';
 import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
 import { serveWebSockets } from './http/websocket';
@@ -57,7 +58,14 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.listenPort;
   const url = `${config.tls ? 'https' : 'http'}://${config.listenHost.includes(':') ? `[${config.listenHost}]` : config.listenHost}:${port}`;
-  const jobs = serviceJobs(services, logger);
+  const leadership = database.provider === 'postgresql' && config.databaseUrl
+    ? new PostgresLeaderLock(config.databaseUrl, (held) => logger.info({ held }, held ? 'this replica now runs the periodic jobs' : 'this replica no longer runs the periodic jobs'))
+    : SOLE_PROCESS;
+  if (leadership instanceof PostgresLeaderLock) {
+    await leadership.start();
+    if (!leadership.held()) logger.info({}, 'another replica runs the periodic jobs; this one takes over if it goes');
+  }
+  const jobs = serviceJobs(services, logger, leadership);
   jobs.start();
   const metricsListener = config.metrics ? await listenForMetrics(config.metrics, services.metrics, logger) : null;
   if (metricsListener) logger.info({ url: metricsListener.url, token: Boolean(config.metrics?.token) }, 'metrics endpoint listening');
@@ -78,6 +86,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
         server.closeIdleConnections();
       });
       await jobs.stop();
+      await leadership.close();
       await Promise.allSettled(services.instances.operations.pending());
       services.machineHost.detachAll(); // machines keep running; the next start adopts them
       await services.machineJail.stopWatching(); // their network rules stay; the next start watches them again
