@@ -59,6 +59,8 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
     [
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
       { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat(), everyReplica: true },
+      // this replica's request counts to the shared windows, and the others' back (PostgreSQL only)
+      { name: 'request-budgets', everyMs: 250, run: () => services.budgets.sync(), everyReplica: true },
       { name: 'event-retention', everyMs: 3_600_000, run: () => services.events.removeExpired() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
       { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },

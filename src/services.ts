@@ -12,6 +12,7 @@ import { Accounts } from './domain/accounts';
 import { AccountUsage } from './domain/account-usage';
 import { ApiTokens } from './domain/api-tokens';
 import { MinuteBudgets } from './domain/budgets';
+import { RequestBudgetStore } from './store/request-budgets';
 import { Clock, systemClock } from './domain/clock';
 import { Credentials } from './domain/credentials';
 import { DeviceKeys } from './domain/device-keys';
@@ -222,7 +223,8 @@ export function createServices(config: Config, database: Database, options: Serv
     database,
     clock,
     limits,
-    budgets: new MinuteBudgets(() => clock.now().getTime()),
+    // Replicas share a PostgreSQL database and add up their counts there; one SQLite process counts alone.
+    budgets: new MinuteBudgets(() => clock.now().getTime(), database.provider === 'postgresql' ? new RequestBudgetStore(db) : null),
     credentials,
     signIn,
     accounts: new Accounts(transactions, stores, clock),

@@ -61,3 +61,44 @@ describe('credentials ended on one replica', () => {
     await everyReplicaAnswers(key, 200); // API keys are not sign-ins
   });
 });
+
+describe('request budgets across replicas', () => {
+  const BUDGET = 10;
+  // Both replicas stand in the middle of one minute: the window cannot turn during the test.
+  const at = new Date(Math.floor(Date.now() / 60_000) * 60_000 + 30_000);
+  const clock = { now: () => new Date(at) };
+  let first: TestService;
+  let second: TestService | undefined;
+
+  beforeAll(async () => {
+    const env = { KISTE_REQUESTS_PER_MINUTE: String(BUDGET) };
+    first = await startTestService({ env, clock });
+    if (first.databaseUrl) second = await startTestService({ replicaOf: first, env, clock });
+  });
+  afterAll(async () => {
+    await second?.close();
+    await first?.close();
+  });
+
+  it("an account's budget is one across every replica, not one per replica", async () => {
+    const account = await createAccount(first);
+    const key = await apiKeyFor(first, account);
+    const replicas = second ? [first, second] : [first];
+    // What their background job does every 250 ms: twice round, so each has heard what the others sent.
+    const syncAll = async () => {
+      for (let round = 0; round < 2; round++) for (const replica of replicas) await replica.services.budgets.sync();
+    };
+    // Spent across the replicas in turns, synced in between as they are a few times a second.
+    for (let i = 0; i < BUDGET; i++) {
+      await replicas[i % replicas.length]!.api.get('/v1/me').set(bearer(key)).expect(200);
+      await syncAll();
+    }
+    for (const replica of replicas) {
+      const refused = await replica.api.get('/v1/me').set(bearer(key));
+      expect(refused.status).toBe(429);
+      expect(refused.body.error.code).toBe('L01');
+    }
+    // another account's budget is its own
+    await replicas.at(-1)!.api.get('/v1/me').set(bearer(await apiKeyFor(first, await createAccount(first)))).expect(200);
+  });
+});

@@ -137,3 +137,9 @@ export type Environment = Prisma.EnvironmentModel
  * this row's id); only their paths are ever answered.
  */
 export type EnvironmentVersion = Prisma.EnvironmentVersionModel
+/**
+ * Model RequestBudgetWindow
+ * Requests per budget key and minute, added up by every control-plane replica (PostgreSQL; one
+ * process alone keeps its counts in memory). Windows older than the last minute are removed.
+ */
+export type RequestBudgetWindow = Prisma.RequestBudgetWindowModel

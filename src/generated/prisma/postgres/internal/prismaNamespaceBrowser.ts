@@ -72,7 +72,8 @@ export const ModelName = {
   InstanceSetup: 'InstanceSetup',
   Image: 'Image',
   Environment: 'Environment',
-  EnvironmentVersion: 'EnvironmentVersion'
+  EnvironmentVersion: 'EnvironmentVersion',
+  RequestBudgetWindow: 'RequestBudgetWindow'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -448,6 +449,15 @@ export const EnvironmentVersionScalarFieldEnum = {
 } as const
 
 export type EnvironmentVersionScalarFieldEnum = (typeof EnvironmentVersionScalarFieldEnum)[keyof typeof EnvironmentVersionScalarFieldEnum]
+
+
+export const RequestBudgetWindowScalarFieldEnum = {
+  key: 'key',
+  windowStart: 'windowStart',
+  count: 'count'
+} as const
+
+export type RequestBudgetWindowScalarFieldEnum = (typeof RequestBudgetWindowScalarFieldEnum)[keyof typeof RequestBudgetWindowScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -418,7 +418,8 @@ export const ModelName = {
   InstanceSetup: 'InstanceSetup',
   Image: 'Image',
   Environment: 'Environment',
-  EnvironmentVersion: 'EnvironmentVersion'
+  EnvironmentVersion: 'EnvironmentVersion',
+  RequestBudgetWindow: 'RequestBudgetWindow'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -434,7 +435,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2066,6 +2067,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    RequestBudgetWindow: {
+      payload: Prisma.$RequestBudgetWindowPayload<ExtArgs>
+      fields: Prisma.RequestBudgetWindowFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.RequestBudgetWindowFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.RequestBudgetWindowFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        findFirst: {
+          args: Prisma.RequestBudgetWindowFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.RequestBudgetWindowFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        findMany: {
+          args: Prisma.RequestBudgetWindowFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>[]
+        }
+        create: {
+          args: Prisma.RequestBudgetWindowCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        createMany: {
+          args: Prisma.RequestBudgetWindowCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.RequestBudgetWindowCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>[]
+        }
+        delete: {
+          args: Prisma.RequestBudgetWindowDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        update: {
+          args: Prisma.RequestBudgetWindowUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        deleteMany: {
+          args: Prisma.RequestBudgetWindowDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.RequestBudgetWindowUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.RequestBudgetWindowUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>[]
+        }
+        upsert: {
+          args: Prisma.RequestBudgetWindowUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$RequestBudgetWindowPayload>
+        }
+        aggregate: {
+          args: Prisma.RequestBudgetWindowAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateRequestBudgetWindow>
+        }
+        groupBy: {
+          args: Prisma.RequestBudgetWindowGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RequestBudgetWindowGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.RequestBudgetWindowCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.RequestBudgetWindowCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2461,6 +2536,15 @@ export const EnvironmentVersionScalarFieldEnum = {
 export type EnvironmentVersionScalarFieldEnum = (typeof EnvironmentVersionScalarFieldEnum)[keyof typeof EnvironmentVersionScalarFieldEnum]
 
 
+export const RequestBudgetWindowScalarFieldEnum = {
+  key: 'key',
+  windowStart: 'windowStart',
+  count: 'count'
+} as const
+
+export type RequestBudgetWindowScalarFieldEnum = (typeof RequestBudgetWindowScalarFieldEnum)[keyof typeof RequestBudgetWindowScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -2743,6 +2827,7 @@ export type GlobalOmitConfig = {
   image?: Prisma.ImageOmit
   environment?: Prisma.EnvironmentOmit
   environmentVersion?: Prisma.EnvironmentVersionOmit
+  requestBudgetWindow?: Prisma.RequestBudgetWindowOmit
 }
 
 /* Types for Logging */

@@ -1,0 +1,24 @@
+// The request budgets' shared windows (RequestBudgetWindow): what each control-plane replica adds
+// per key and minute. Each key's upsert is one atomic INSERT … ON CONFLICT DO UPDATE (Prisma's
+// native upsert for a unique `where`), which answers the new total.
+import type { SharedBudgetCounts } from '../domain/budgets';
+import type { Db } from './prisma';
+
+export class RequestBudgetStore implements SharedBudgetCounts {
+  constructor(private readonly db: Db) {}
+
+  async add(windowStart: Date, added: Map<string, number>): Promise<Map<string, number>> {
+    const rows = await Promise.all([...added].map(([key, count]) =>
+      this.db.requestBudgetWindow.upsert({
+        where: { key_windowStart: { key, windowStart } },
+        create: { key, windowStart, count },
+        update: { count: { increment: count } },
+        select: { key: true, count: true },
+      })));
+    return new Map(rows.map((row) => [row.key, row.count]));
+  }
+
+  async removeBefore(before: Date): Promise<void> {
+    await this.db.requestBudgetWindow.deleteMany({ where: { windowStart: { lt: before } } });
+  }
+}
