@@ -76,12 +76,21 @@ describe("a machine's own file view", () => {
     expect(statSync(view.serialLog).size).toBe(SERIAL_LOG_MAX_BYTES - SERIAL_LOG_MIN_ROOM_BYTES); // room enough: left as it was
     // a short line is in the log while its writer still runs (nothing held back in a buffer); then
     // the command writes three times the room left to the log's path, as a guest looping on ttyS0 would
-    const script = `echo booted > ${view.serialLog}; sleep 1; head -c ${3 * SERIAL_LOG_MIN_ROOM_BYTES} /dev/zero > ${view.serialLog}; echo written`;
-    const running = run(inMountJail(view, '/bin/sh', ['-c', script]));
-    await new Promise((resolve) => setTimeout(resolve, 700));
-    expect(readFileSync(view.serialLog, 'utf8').endsWith('booted\n')).toBe(true);
+    // (looked at by the clock, not after a fixed delay: on a loaded host the jail takes a while to start)
+    const script = `echo booted > ${view.serialLog}; sleep 3; head -c ${3 * SERIAL_LOG_MIN_ROOM_BYTES} /dev/zero > ${view.serialLog}; echo written`;
+    let writerDone = false;
+    const running = run(inMountJail(view, '/bin/sh', ['-c', script])).finally(() => (writerDone = true));
+    let seenWhileWriting = false;
+    while (!writerDone && !seenWhileWriting) {
+      seenWhileWriting = readFileSync(view.serialLog, 'utf8').endsWith('booted\n') && !writerDone;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(seenWhileWriting).toBe(true);
     expect(await running).toMatchObject({ code: 0, stdout: 'written\n' });
-    await new Promise((resolve) => setTimeout(resolve, 200)); // the copier's last write after the writer ended
+    // the copier's last write may land just after the writer ended
+    for (const deadline = Date.now() + 5_000; statSync(view.serialLog).size < SERIAL_LOG_MAX_BYTES && Date.now() < deadline; ) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     expect(statSync(view.serialLog).size).toBe(SERIAL_LOG_MAX_BYTES);
     expect(lstatSync(view.serialLog).isFile()).toBe(true);
   });
