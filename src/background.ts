@@ -21,7 +21,8 @@ interface Job {
 }
 
 export class BackgroundJobs {
-  private timers: NodeJS.Timeout[] = [];
+  /** Each job's next tick (one per job: a list of every tick ever made grew without end). */
+  private timers = new Map<string, NodeJS.Timeout>();
   private running = new Set<Promise<unknown>>();
   private stopped = false;
 
@@ -32,14 +33,14 @@ export class BackgroundJobs {
       const tick = () => {
         if (this.stopped) return;
         if (!job.everyReplica && !this.leadership.held()) {
-          this.timers.push(setTimeout(tick, Math.min(job.everyMs, FOLLOWER_LOOK_MS)));
+          this.timers.set(job.name, setTimeout(tick, Math.min(job.everyMs, FOLLOWER_LOOK_MS)));
           return;
         }
         const run = job.run().catch((error) => this.logger.error({ err: error, job: job.name }, 'background job failed'));
         this.running.add(run);
         void run.finally(() => {
           this.running.delete(run);
-          if (!this.stopped) this.timers.push(setTimeout(tick, job.everyMs));
+          if (!this.stopped) this.timers.set(job.name, setTimeout(tick, job.everyMs));
         });
       };
       tick();
@@ -48,7 +49,7 @@ export class BackgroundJobs {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    for (const timer of this.timers) clearTimeout(timer);
+    for (const timer of this.timers.values()) clearTimeout(timer);
     for (const job of this.jobs) job.stop?.();
     await Promise.all(this.running);
   }
@@ -60,7 +61,7 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'account-deletions', everyMs: 2_000, run: () => services.deletions.runDue() },
       { name: 'heartbeat', everyMs: 60_000, run: () => services.platform.heartbeat(), everyReplica: true },
       // this replica's request counts to the shared windows, and the others' back (PostgreSQL only)
-      { name: 'request-budgets', everyMs: 250, run: () => services.budgets.sync(), everyReplica: true },
+      ...(services.budgets.shared ? [{ name: 'request-budgets', everyMs: 250, run: () => services.budgets.sync(), everyReplica: true }] : []),
       { name: 'event-retention', everyMs: 3_600_000, run: () => services.events.removeExpired() },
       { name: 'instance-expiry', everyMs: 5_000, run: () => services.instances.expireDue() },
       { name: 'instance-checkpoints', everyMs: 10_000, run: () => services.instances.checkpoints.runDue() },

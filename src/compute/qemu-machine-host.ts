@@ -41,7 +41,7 @@ import {
   reapOrphans,
   type StartOptions,
   restoreMemory,
-  runOnAfterInterruptedSave,
+  settleInterruptedSave,
   saveMemory,
   snapshotActive,
   startMachine,
@@ -359,8 +359,26 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       await trackChanges(machine);
       await machine.qmp.execute('cont');
     }
-    if (status === 'paused' || status === 'postmigrate' || status === 'finish-migrate') await runOnAfterInterruptedSave(machine);
+    if (status === 'paused' || status === 'postmigrate' || status === 'finish-migrate') await this.runOnAfterInterruptedSave(id, machine);
     return machine;
+  }
+
+  /**
+   * Runs on a machine a save left paused when the service died: one whose save did not complete,
+   * and the source of a fork with memory (its state went to the copy's folder). One whose own
+   * session was being saved (a stop: memory.state or its .part in its folder; a running machine
+   * has neither) stays as it is, for the stop to finish. A QEMU that does not answer is adopted
+   * as it is: it runs, and the operation that follows deals with it.
+   */
+  private async runOnAfterInterruptedSave(id: string, machine: QemuMachine): Promise<void> {
+    try {
+      const settled = await settleInterruptedSave(machine);
+      const { stateFile } = machineFiles(this.machineDir(id));
+      const ownSave = existsSync(stateFile) || existsSync(`${stateFile}.part`);
+      if (settled === 'paused' || (settled === 'postmigrate' && !ownSave)) await machine.qmp.execute('cont');
+    } catch (error) {
+      this.options.logger.warn({ err: error, machine: id }, 'a machine a save left paused could not be run on');
+    }
   }
 
   /**

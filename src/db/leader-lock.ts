@@ -20,47 +20,59 @@ export class PostgresLeaderLock implements Leadership {
   private client: Client | undefined;
   private leading = false;
   private closed = false;
-  private retry: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly url: string,
     private readonly onChange: (held: boolean) => void = () => undefined,
-    private readonly retryMs = 3_000,
+    private readonly everyMs = 3_000,
   ) {}
 
   held(): boolean {
     return this.leading;
   }
 
-  /** Tries once now (so a lone replica leads from its start), then every retryMs until it holds the lock. */
+  /** Tries once now (so a lone replica leads from its start), then every everyMs. */
   async start(): Promise<void> {
-    await this.attempt();
+    await this.look();
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    clearTimeout(this.retry);
+    clearTimeout(this.timer);
     this.set(false);
-    await this.client?.end().catch(() => undefined); // ends the session: the lock is free at once
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined); // ends the session: the lock is free at once
   }
 
-  private async attempt(): Promise<void> {
-    this.retry = undefined;
+  /**
+   * Not leading: tries to take the lock. Leading: makes sure the session that holds it still
+   * answers (a connection a network dropped silently must not leave two leaders: the server frees
+   * the lock when it notices, so this replica steps down as soon as its session does not answer).
+   */
+  private async look(): Promise<void> {
+    this.timer = undefined;
     if (this.closed) return;
     let client = this.client;
     try {
       if (!client) {
-        client = new Client({ connectionString: this.url, keepAlive: true });
+        client = new Client({ connectionString: this.url, keepAlive: true, keepAliveInitialDelayMillis: 10_000, query_timeout: this.everyMs });
         const current = client;
         current.on('error', () => this.lost(current));
         current.on('end', () => this.lost(current));
         await current.connect();
+        if (this.closed) {
+          await current.end().catch(() => undefined);
+          return;
+        }
         this.client = current;
       }
-      const { rows } = await client.query<{ held: boolean }>('SELECT pg_try_advisory_lock(hashtext($1)) AS held', [LOCK_NAME]);
-      if (rows[0]?.held === true) {
-        this.set(true); // held for as long as this session lives
-        return;
+      if (this.leading) await client.query('SELECT 1');
+      else {
+        const { rows } = await client.query<{ held: boolean }>('SELECT pg_try_advisory_lock(hashtext($1)) AS held', [LOCK_NAME]);
+        if (this.closed) return;
+        this.set(rows[0]?.held === true); // held for as long as this session lives
       }
     } catch {
       if (client) this.lost(client);
@@ -69,17 +81,19 @@ export class PostgresLeaderLock implements Leadership {
     this.later();
   }
 
+  /** The session is gone or does not answer: so is the lock (the server frees it with the session). */
   private lost(client: Client): void {
-    if (this.client === client) this.client = undefined;
     client.removeAllListeners('end');
     void client.end().catch(() => undefined);
+    if (this.client !== client && this.client !== undefined) return; // an older session: nothing of ours now
+    this.client = undefined;
     this.set(false);
     this.later();
   }
 
   private later(): void {
-    if (this.closed || this.retry) return;
-    this.retry = setTimeout(() => void this.attempt(), this.retryMs);
+    if (this.closed || this.timer) return;
+    this.timer = setTimeout(() => void this.look(), this.everyMs);
   }
 
   private set(held: boolean): void {

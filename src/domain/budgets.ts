@@ -15,54 +15,68 @@ export interface BudgetVerdict {
 export interface SharedBudgetCounts {
   /** Adds `added` (per key) to the window and answers the window's totals for those keys. */
   add(windowStart: Date, added: Map<string, number>): Promise<Map<string, number>>;
+  /** The window's totals for `keys` (a key nobody counted is left out). */
+  read(windowStart: Date, keys: string[]): Promise<Map<string, number>>;
   /** Forgets windows that ended before `before`. */
   removeBefore(before: Date): Promise<void>;
 }
 
 const WINDOW_MS = 60_000;
+/** Keys sent in one sync at most, the busiest first (the rest wait for the next): many addresses must not flood the database. */
+const SYNC_MAX_KEYS = 500;
 
 export class MinuteBudgets {
   private windowStart = 0;
   /** Per key: the shared total as last answered (this process's sent counts included). */
-  private shared = new Map<string, number>();
+  private totals = new Map<string, number>();
   /** Per key: counted here and not sent yet. */
   private unsent = new Map<string, number>();
 
   constructor(private readonly now: () => number = Date.now, private readonly sharedCounts: SharedBudgetCounts | null = null) {}
+
+  /** Whether there are other replicas' counts to share (and so a sync to run). */
+  get shared(): boolean {
+    return this.sharedCounts !== null;
+  }
 
   take(key: string, limit: number): BudgetVerdict {
     const now = this.now();
     const window = this.current(now);
     const unsent = (this.unsent.get(key) ?? 0) + 1;
     this.unsent.set(key, unsent);
-    const used = (this.shared.get(key) ?? 0) + unsent;
+    const used = (this.totals.get(key) ?? 0) + unsent;
     const retryAfterSeconds = Math.max(1, Math.ceil((window + WINDOW_MS - now) / 1000));
     return { allowed: used <= limit, retryAfterSeconds, used };
   }
 
   used(key: string): number {
-    return Math.floor(this.now() / WINDOW_MS) * WINDOW_MS === this.windowStart ? (this.shared.get(key) ?? 0) + (this.unsent.get(key) ?? 0) : 0;
+    return Math.floor(this.now() / WINDOW_MS) * WINDOW_MS === this.windowStart ? (this.totals.get(key) ?? 0) + (this.unsent.get(key) ?? 0) : 0;
   }
 
-  /** Sends this process's new counts to the shared window and learns the totals (no-op on one process). */
+  /**
+   * Sends this process's new counts to the shared window and learns the totals: of the keys sent,
+   * and of keys counted here earlier in the window (what the other replicas added since). No-op
+   * on one process.
+   */
   async sync(): Promise<void> {
     if (!this.sharedCounts) return;
     const window = this.current(this.now());
-    const sending = this.unsent;
-    // Keys counted here this window but idle since: sent with 0, to learn what the others added.
-    const keys = new Map([...this.shared.keys()].map((key) => [key, 0]));
-    for (const [key, count] of sending) keys.set(key, count);
-    if (keys.size === 0) return;
-    this.unsent = new Map();
+    const busiest = [...this.unsent].sort((a, b) => b[1] - a[1]);
+    const sending = new Map(busiest.slice(0, SYNC_MAX_KEYS));
+    this.unsent = new Map(busiest.slice(SYNC_MAX_KEYS));
+    const idle = [...this.totals].filter(([key]) => !sending.has(key)).sort((a, b) => b[1] - a[1]).slice(0, SYNC_MAX_KEYS).map(([key]) => key);
     let totals: Map<string, number>;
     try {
-      totals = await this.sharedCounts.add(new Date(window), keys);
+      totals = new Map([
+        ...(sending.size > 0 ? await this.sharedCounts.add(new Date(window), sending) : []), // all or nothing
+        ...(idle.length > 0 ? await this.sharedCounts.read(new Date(window), idle).catch(() => new Map<string, number>()) : []),
+      ]);
     } catch (error) {
       if (window === this.windowStart) for (const [key, count] of sending) this.unsent.set(key, (this.unsent.get(key) ?? 0) + count);
       throw error;
     }
     if (window !== this.windowStart) return; // a new minute began meanwhile: those totals are history
-    for (const [key, total] of totals) this.shared.set(key, Math.max(total, this.shared.get(key) ?? 0));
+    for (const [key, total] of totals) this.totals.set(key, Math.max(total, this.totals.get(key) ?? 0));
   }
 
   /** The start of the window `now` is in; a new one forgets the last one's counts. */
@@ -71,7 +85,7 @@ export class MinuteBudgets {
     if (window !== this.windowStart) {
       const previous = this.windowStart;
       this.windowStart = window;
-      this.shared = new Map();
+      this.totals = new Map();
       this.unsent = new Map();
       if (this.sharedCounts && previous !== 0) void this.sharedCounts.removeBefore(new Date(window - WINDOW_MS)).catch(() => undefined);
     }

@@ -300,15 +300,17 @@ export class Instances {
   }
 
   /**
-   * At start: makes the rows true again after the service died. Running machines are adopted;
-   * an operation cut short is finished as the caller asked (stop, delete; restart, resume and
-   * upgrade boot the machine again, a create on the universal image is made again, a fork is made
-   * again from its source once every machine is adopted, in the background) or, where it cannot be, rolled back to what the host really has; machine files no
-   * row knows are removed (no orphans).
+   * At start: makes the rows true again after the service died. Running machines are adopted; an
+   * operation cut short is finished as the caller asked (stop, delete; restart, resume and upgrade
+   * boot the machine again; a create on the universal image and a fork are made again from the
+   * start, also when their QEMU still runs, since its identity may be half made) or, where it
+   * cannot be, rolled back to what the host really has. Machine files no row knows are removed (no
+   * orphans), and only then does the finishing work start, in the background: a fork needs its
+   * source adopted, and the collection of unused layers must not see the layers it is making.
    */
   async reconcile(): Promise<void> {
     const rows = await this.stores.instances.all();
-    const afterAdoption: (() => void)[] = []; // a fork again needs its source adopted first
+    const afterCleanUp: (() => void)[] = [];
     for (const row of rows) {
       const alive = await this.host.adopt(row.id).catch(() => false);
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
@@ -324,13 +326,12 @@ export class Instances {
         await this.operations.run(row, () => this.stopOutcome(row, keepSession));
         continue;
       }
-      const finishWork = !alive && row.desiredState === 'running' ? this.interruptedWork(row) : null;
+      const madeAgain = row.operation === 'create' || row.operation === 'fork';
+      const finishWork = row.desiredState === 'running' && (!alive || madeAgain) ? this.interruptedWork(row) : null;
       if (finishWork) {
         const image = await this.startableImage().catch(() => null); // none ready: rolled back below
         if (image) {
-          const finish = () => void this.operations.run(row, () => finishWork(image));
-          if (row.operation === 'fork') afterAdoption.push(finish);
-          else finish();
+          afterCleanUp.push(() => void this.operations.run(row, () => finishWork(image)));
           continue;
         }
       }
@@ -345,12 +346,12 @@ export class Instances {
         );
       }
     }
-    for (const finish of afterAdoption) finish();
     await this.host.removeStrays(rows.map((row) => row.id)); // no machine runs that no record owns
     await this.host.removeUnusedLayers();
+    for (const finish of afterCleanUp) finish();
   }
 
-  /** The work that finishes a start the service died in (the machine is not running now), or null when it is not one. */
+  /** The work that finishes a start the service died in, or null when it is not one. */
   private interruptedWork(row: Instance): ((image: HostImage) => Promise<OperationOutcome>) | null {
     switch (row.operation) {
       case 'resume':

@@ -128,16 +128,17 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
 
 /**
  * A machine a save left paused because the process driving it died (the save of a stop, the source
- * of a fork with memory): the migration, which streamed to that process, fails or is cancelled,
- * and the machine runs on. A stop still owed is the caller's to finish.
+ * of a fork with memory): the migration streamed to that process, so it fails or is cancelled
+ * here. Answers the machine's state once no migration runs: `paused` (the save did not complete)
+ * or `postmigrate` (it did). Whether it runs on is the caller's to decide.
  */
-export async function runOnAfterInterruptedSave(machine: QemuMachine, timeoutMs = 10_000): Promise<void> {
+export async function settleInterruptedSave(machine: QemuMachine, timeoutMs = 10_000): Promise<string> {
   const settled = await pollUntil(async () => {
     const info = await machine.qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
     return ['active', 'setup', 'device', 'pre-switchover', 'cancelling', 'wait-unplug'].includes(info.status ?? '') ? undefined : true;
   }, timeoutMs, 50);
   if (!settled) await machine.qmp.execute('migrate_cancel');
-  await machine.qmp.execute('cont');
+  return machine.status();
 }
 
 export interface RestoreOptions extends StartOptions {
