@@ -5,16 +5,13 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import request from 'supertest';
-import { openDatabase } from '../../src/db/database';
 import { checkContract } from '../support/contract';
-import { freshDatabaseUrl, type FreshDatabase } from '../support/database';
-import { TEST_IMAGE_DIR } from '../support/images';
+import { besideTheService, freshDatabaseUrl, type FreshDatabase } from '../support/database';
 import { freePort, ServiceProcess } from '../support/service-process';
-import { waitUntil } from '../support/service-recovery';
+import { ADMIN, serviceEnv, waitUntil } from '../support/service-recovery';
 
 jest.setTimeout(120_000);
 
-const ADMIN = { email: 'leader-admin@example.com', password: 'a long admin password 42' };
 const LEADS = 'this replica now runs the periodic jobs';
 const FOLLOWS = 'another replica runs the periodic jobs';
 
@@ -35,24 +32,14 @@ describe('periodic jobs across replicas', () => {
     // On PostgreSQL each replica is a host of its own; SQLite lives in the one data folder.
     const dataDir = fresh.url ? join(fresh.dataDir, name) : fresh.dataDir;
     mkdirSync(dataDir, { recursive: true });
-    const service = new ServiceProcess({
-      KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: dataDir, KISTE_ADMIN_EMAIL: ADMIN.email, KISTE_ADMIN_PASSWORD: ADMIN.password,
-      KISTE_IMAGE_DIR: TEST_IMAGE_DIR, // the shared test image: no image build per start
-      ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}),
-    });
+    const service = new ServiceProcess(serviceEnv(fresh, port, { KISTE_DATA_DIR: dataDir }));
     started.push(service);
     await service.listening();
     return { service, url: `http://127.0.0.1:${port}` };
   }
 
-  async function deletionState(): Promise<string | null> {
-    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
-    try {
-      return (await database.prisma.accountDeletion.findFirst({ where: { email: ADMIN.email } }))?.state ?? null;
-    } finally {
-      await database.close();
-    }
-  }
+  const deletionState = () => besideTheService(fresh, async (database) =>
+    (await database.prisma.accountDeletion.findFirst({ where: { email: ADMIN.email } }))?.state ?? null);
 
   it('one replica runs them; another takes over when it is killed, and finishes a deletion asked of it', async () => {
     const first = await start('first');

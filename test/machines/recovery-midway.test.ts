@@ -11,9 +11,8 @@ import { existsSync, readdirSync, watch } from 'node:fs';
 import { join } from 'node:path';
 import request from 'supertest';
 import { listQemuProcesses } from '../../src/compute/qemu';
-import { openDatabase } from '../../src/db/database';
 import { checkContract } from '../support/contract';
-import { freshDatabaseUrl, FreshDatabase } from '../support/database';
+import { besideTheService, freshDatabaseUrl, FreshDatabase } from '../support/database';
 import { ensureTestImage } from '../support/images';
 import { adminKey, cleanUp, notTemplate, retryWhileImageNotReady, serviceEnv, SSH_KEY, waitUntil } from '../support/service-recovery';
 import { ServiceProcess, freePort } from '../support/service-process';
@@ -44,24 +43,9 @@ describe('kill -9 of the service in the middle of an operation', () => {
   }
 
   /** The instance row as the database holds it (read beside the service, or while none runs). */
-  async function row(id: string) {
-    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
-    try {
-      return await database.prisma.instance.findUnique({ where: { id } });
-    } finally {
-      await database.close();
-    }
-  }
-
+  const row = (id: string) => besideTheService(fresh, (database) => database.prisma.instance.findUnique({ where: { id } }));
   /** The instance row of a name, once it exists. */
-  async function rowNamed(name: string) {
-    const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
-    try {
-      return await database.prisma.instance.findFirst({ where: { name } });
-    } finally {
-      await database.close();
-    }
-  }
+  const rowNamed = (name: string) => besideTheService(fresh, (database) => database.prisma.instance.findFirst({ where: { name } }));
 
   const qemuOf = (id: string) => listQemuProcesses().filter((p) => p.machineId === id).map((p) => p.pid);
   const ours = () => listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir) && notTemplate(p.machineId));

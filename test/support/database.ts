@@ -78,3 +78,13 @@ export async function openTestDatabase(): Promise<Database & { url: string | und
     },
   };
 }
+
+/** Reads (or writes) the database a service process runs on, beside it: a connection of its own, closed after. */
+export async function besideTheService<T>(fresh: FreshDatabase, work: (database: Database) => Promise<T>): Promise<T> {
+  const database = await openDatabase({ url: fresh.url, dataDir: fresh.dataDir });
+  try {
+    return await work(database);
+  } finally {
+    await database.close();
+  }
+}
