@@ -6,25 +6,39 @@
 import type { CredentialChangeFeed } from '../domain/credentials';
 
 export const CREDENTIALS_CHANNEL = 'kiste_credentials';
+/** What an announcement may carry: an account id (a UUID). Anyone who may connect may NOTIFY. */
+const ACCOUNT_ID = /^[0-9a-f-]{36}$/i;
 
 export class CredentialChanges implements CredentialChangeFeed {
-  private readonly listeners = new Set<(accountId: string) => void>();
+  private readonly listeners = new Set<(accountId: string | null) => void>();
 
   /** `notify` sends the announcement to the other processes (null: there are none). */
   constructor(private readonly notify: ((accountId: string) => Promise<unknown>) | null) {}
 
   async publish(accountId: string): Promise<void> {
-    this.deliver(accountId);
+    this.tell(accountId);
     await this.notify?.(accountId);
   }
 
-  subscribe(listener: (accountId: string) => void): () => void {
+  subscribe(listener: (accountId: string | null) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
-  /** An announcement from this or another process. */
+  /** An announcement from another process (a NOTIFY's payload): anything but an account id is ignored. */
   deliver(accountId: string): void {
+    if (ACCOUNT_ID.test(accountId)) this.tell(accountId);
+  }
+
+  /**
+   * Announcements may have been missed (the LISTEN connection was lost and is back): every
+   * account counts as changed.
+   */
+  deliverEveryAccount(): void {
+    this.tell(null);
+  }
+
+  private tell(accountId: string | null): void {
     for (const listener of this.listeners) listener(accountId);
   }
 }

@@ -10,6 +10,8 @@ export class PostgresListener {
   private client: Client | undefined;
   private closed = false;
   private retry: NodeJS.Timeout | undefined;
+  /** Whether a LISTEN has succeeded before (a later one follows a gap). */
+  private listened = false;
 
   constructor(private readonly url: string, private readonly signal: CommitSignal, private readonly credentials: CredentialChanges) {}
 
@@ -27,6 +29,8 @@ export class PostgresListener {
       await client.connect();
       await client.query(`LISTEN ${EVENTS_CHANNEL}; LISTEN ${CREDENTIALS_CHANNEL}`);
       this.client = client;
+      if (this.listened) this.credentials.deliverEveryAccount(); // what was announced meanwhile is unknown
+      this.listened = true;
       if (this.closed) await client.end().catch(() => undefined);
     } catch {
       this.reconnect(client);
@@ -41,6 +45,7 @@ export class PostgresListener {
 
   private reconnect(client: Client): void {
     if (this.closed || this.retry) return;
+    this.credentials.deliverEveryAccount(); // announcements are missed until the next LISTEN
     if (this.client === client) this.client = undefined;
     client.removeAllListeners('end');
     void client.end().catch(() => undefined);

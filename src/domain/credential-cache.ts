@@ -53,6 +53,14 @@ export class CredentialCache {
     return cached;
   }
 
+  /** Drops every entry; a read running now is not cached either. */
+  forgetAll(): void {
+    this.drops++;
+    this.droppedAt.clear();
+    this.forgottenDrop = this.drops;
+    this.entries.clear();
+  }
+
   forgetAccount(accountId: string): void {
     this.drops++;
     this.droppedAt.delete(accountId); // re-inserted: the map stays in order of the latest drop

@@ -17,8 +17,8 @@ const TOUCH_INTERVAL_MS = 5_000;
 export interface CredentialChangeFeed {
   /** Announces the change here and to the other processes; resolves once it is sent. */
   publish(accountId: string): Promise<void>;
-  /** Calls `listener` for each announcement, from this process or another. */
-  subscribe(listener: (accountId: string) => void): unknown;
+  /** Calls `listener` for each announcement, from this process or another; null: any account may have changed. */
+  subscribe(listener: (accountId: string | null) => void): unknown;
 }
 
 export class Credentials {
@@ -32,7 +32,7 @@ export class Credentials {
     cacheTtlMs?: number,
   ) {
     this.cache = new CredentialCache(cacheTtlMs);
-    changes.subscribe((accountId) => this.cache.forgetAccount(accountId));
+    changes.subscribe((accountId) => (accountId === null ? this.cache.forgetAll() : this.cache.forgetAccount(accountId)));
   }
 
   authenticateBearer(token: string): Promise<AuthContext> {

@@ -7,6 +7,7 @@ import { handlers } from '../generated/handler-registry';
 import { KisteError } from '../errors';
 import type { AuthContext } from '../domain/auth-context';
 import type { Services } from '../services';
+import { clientNetwork } from '../net/client-network';
 import { mediaTypeOf, parseBody, readBody } from './body';
 import { checkWebSocketOrigin, servesHttps } from './browser-edges';
 import { parseCookies, setCookies, SESSION_COOKIE } from './cookies';
@@ -128,7 +129,7 @@ function credentialName(kind: AuthContext['kind']): string {
 }
 
 function takeBudget(services: Services, meta: OperationMeta, auth: AuthContext | null, info: RequestInfo): void {
-  const key = auth ? `account:${auth.accountId}` : `address:${info.ip}`;
+  const key = auth ? `account:${auth.accountId}` : `address:${clientNetwork(info.ip)}`;
   const verdicts = [services.budgets.take(`${meta.rateBudget}:${key}`, services.limits.budget(meta.rateBudget))];
   if (meta.rateBudget !== 'default') verdicts.push(services.budgets.take(`default:${key}`, services.limits.budget('default')));
   const refused = verdicts.find((verdict) => !verdict.allowed);

@@ -1,6 +1,7 @@
 // The credential cache never keeps what a read found when the account's credentials were dropped
 // while that read was running (a revocation announced meanwhile must not be undone by it).
 import type { AuthContext } from '../../src/domain/auth-context';
+import { CredentialChanges } from '../../src/db/credential-changes';
 import { CredentialCache } from '../../src/domain/credential-cache';
 
 const now = new Date('2026-11-27T12:00:00Z');
@@ -39,5 +40,33 @@ describe('credential cache', () => {
     cache.forgetAccount('acc_a');
     expect(cache.get('key', now)).toBeUndefined();
     expect(cache.get('other', now)).toBeDefined();
+  });
+});
+
+describe('credential change announcements', () => {
+  it('deliver account ids only (anyone who may connect may NOTIFY), and "every account" after a gap', async () => {
+    const heard: (string | null)[] = [];
+    const sent: string[] = [];
+    const changes = new CredentialChanges(async (accountId) => void sent.push(accountId));
+    changes.subscribe((accountId) => heard.push(accountId));
+    const id = '0f8fad5b-d9cb-469f-a165-70867728950e';
+    await changes.publish(id);
+    expect(sent).toEqual([id]); // to the other processes
+    changes.deliver('not an id; DROP TABLE');
+    changes.deliver('x'.repeat(8000));
+    changes.deliverEveryAccount();
+    expect(heard).toEqual([id, null]);
+  });
+
+  it('"every account" empties the cache, and a read running then is not kept', () => {
+    const cache = new CredentialCache(60_000);
+    cache.set('before', entry('acc_a'), now, cache.position());
+    const running = cache.position();
+    cache.forgetAll();
+    cache.set('during', entry('acc_b'), now, running);
+    expect(cache.get('before', now)).toBeUndefined();
+    expect(cache.get('during', now)).toBeUndefined();
+    cache.set('after', entry('acc_b'), now, cache.position());
+    expect(cache.get('after', now)).toBeDefined();
   });
 });
