@@ -32,6 +32,7 @@ export function renderOperations(doc: OpenApiDocument): string {
       requestContentTypes: contentTypes,
       rateBudget: budget,
       implemented: operation['x-kiste-implemented'] === true,
+      needsCompute: operation['x-kiste-compute'] === true,
       successStatuses,
     };
     return `  ${operationId}: ${JSON.stringify(meta)},`;
@@ -58,6 +59,8 @@ export interface OperationMeta {
   rateBudget: RateBudget;
   /** False while a later issue still owes the behaviour (answers P09). */
   implemented: boolean;
+  /** Needs the machines' host: 503 N01 while it cannot be reached. */
+  needsCompute: boolean;
   successStatuses: readonly number[];
 }
 

@@ -3,6 +3,6 @@ import { presentImage, presentUniversalImage } from './present-image';
 
 export const handler: Handler<'GetImage'> = async ({ auth, services, params }) => {
   const image = await services.images.get(auth.accountId, params.id);
-  const served = services.images.servedImage();
+  const served = await services.images.servedImage();
   return { status: 200, body: image ? presentImage(image, served) : presentUniversalImage(served) };
 };

@@ -4,5 +4,5 @@ import { presentComponent } from './present-image';
 
 export const handler: Handler<'ListImageComponents'> = async ({ services, query }) => ({
   status: 200,
-  body: paginate(services.images.catalogue().map(presentComponent), query),
+  body: paginate((await services.images.catalogue()).map(presentComponent), query),
 });

@@ -3,7 +3,7 @@ import { paginate } from './list';
 import { presentImage, presentUniversalImage } from './present-image';
 
 export const handler: Handler<'ListImages'> = async ({ auth, services, query }) => {
-  const served = services.images.servedImage();
+  const served = await services.images.servedImage();
   const own = await services.images.list(auth.accountId);
   return { status: 200, body: paginate([presentUniversalImage(served), ...own.map((image) => presentImage(image, served))], query) };
 };

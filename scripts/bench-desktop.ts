@@ -273,7 +273,7 @@ async function main(): Promise<void> {
     await browser.close().catch(() => undefined);
     services?.desktops.closeAll();
     if (services) for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch(() => undefined);
-    await services?.machineJail.unloadFirewall().catch(() => undefined);
+    await services?.compute.inProcess!.machineJail.unloadFirewall().catch(() => undefined);
     if (server) await close(server);
     await database?.close();
     rmSync(workDir, { recursive: true, force: true });

@@ -83,7 +83,7 @@ async function main(): Promise<void> {
       setup_script: SCRIPT,
     });
     log('making the boot snapshot of this shape (a template boot)');
-    const snapshot = await services.machineHost.makeBootSnapshot(services.machineHost.currentImage('minimal')!, { vcpu: SHAPE.vcpu, memoryMib: SHAPE.memory_mib });
+    const snapshot = await services.compute.inProcess!.machineHost.makeBootSnapshot(services.machineHost.currentImage('minimal')!, { vcpu: SHAPE.vcpu, memoryMib: SHAPE.memory_mib });
     if (!snapshot) throw new Error('no boot snapshot was made');
 
     const kiste = { create: [] as number[], files: [] as number[], clone: [] as number[], script: [] as number[], ready: [] as number[] };

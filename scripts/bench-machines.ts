@@ -373,7 +373,7 @@ async function main(): Promise<void> {
     database = await openDatabase({ url: undefined, dataDir });
     const serviceLog = pino({ level: 'warn' }, pino.destination(2));
     services = createServices(config, database, { accelerator, logger: serviceLog });
-    const host = services.machineHost;
+    const host = services.compute.inProcess!.machineHost;
     if (!(await host.refreshImage('minimal'))) throw new Error('the service does not see the minimal image');
     const account = await services.accounts.create('bench@example.com', 'benchmark password', 'Bench User');
     const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
@@ -669,7 +669,7 @@ async function main(): Promise<void> {
       await raw.machine?.kill();
       if (services) {
         for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch((e: unknown) => log(`destroy ${id}: ${String(e)}`));
-        services.machineHost.detachAll();
+        services.compute.inProcess!.machineHost.detachAll();
       }
       if (server) await close(server);
       await client?.close();

@@ -27,6 +27,7 @@ import { listQemuProcesses } from '../src/compute/qemu';
 import { machineFiles } from '../src/compute/qemu/machine-files';
 import { RemoteGuestAgents } from '../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../src/compute/remote-machines';
+import { RemoteImages } from '../src/compute/remote-images';
 import { WorkerClient } from '../src/compute/worker-client';
 import { readWorkerSecret } from '../src/worker/worker-secret';
 import { TEST_IMAGE_DIR } from '../test/support/images';
@@ -81,7 +82,7 @@ async function main(): Promise<void> {
   try {
     let client = await startWorker();
     const machines = new RemoteMachines(client);
-    const { current } = await machines.imageState('minimal');
+    const current = await new RemoteImages(client).refresh('minimal');
     if (!current) throw new Error('the worker sees no minimal image');
     log('worker: creating a machine (cold boot)');
     const created = performance.now();

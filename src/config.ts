@@ -42,6 +42,13 @@ export interface Config {
   /** auto: probe KVM once, else TCG. */
   accelerator: 'auto' | 'kvm' | 'tcg';
   /**
+   * KISTE_COMPUTE: where machines run. `worker` (default): in a local kiste-worker process the
+   * service starts and supervises, so a fault in compute never takes the API down (503 N01 while it
+   * is started again); `in-process`: in the service's own process (the older layout, kept while the
+   * test suites move over).
+   */
+  compute: 'worker' | 'in-process';
+  /**
    * What machines may reach (KISTE_MACHINE_EGRESS, KISTE_MACHINE_EGRESS_ALLOW): the public internet
    * plus the allowed CIDRs, or nothing at all. Never the host itself.
    */
@@ -157,6 +164,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     imageCacheDir: env.KISTE_IMAGE_CACHE_DIR ? resolve(env.KISTE_IMAGE_CACHE_DIR) : undefined,
     bootSnapshots: oneOf('KISTE_BOOT_SNAPSHOTS', env.KISTE_BOOT_SNAPSHOTS, ['on', 'off'] as const, 'on') === 'on',
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
+    compute: oneOf('KISTE_COMPUTE', env.KISTE_COMPUTE, ['worker', 'in-process'] as const, 'worker'),
     machineEgress: {
       mode: oneOf('KISTE_MACHINE_EGRESS', env.KISTE_MACHINE_EGRESS, ['public', 'off'] as const, 'public'),
       allow: cidrList('KISTE_MACHINE_EGRESS_ALLOW', env.KISTE_MACHINE_EGRESS_ALLOW),

@@ -30,18 +30,22 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
-  // The host must jail machines (own users, network rules, limits) before any starts; without it
-  // the service still serves the API and machines that run, but starts none (K09) until a later
-  // check passes (the jail checks again when a start or GET /v1/status asks).
-  const jailProblem = await services.machineHost.isolationProblem();
-  if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: none starts until this is mended (checked again when one is to start)');
-  else logger.info({ uids: `${config.machineUidBase + 1}-${config.machineUidBase + 65_535}`, egress: config.machineEgress.mode, allow: config.machineEgress.allow.map((c) => c.cidr) }, 'machine jail ready');
-  // The image already on disk is known before reconciling, so a start cut short by the last exit can finish.
-  await services.machineHost.refreshImage(config.imageProfile);
-  await services.instances.reconcile();
+  // Compute first: a local worker is started and answers before machines are reconciled (the image
+  // already on disk is known then, so a start cut short by the last exit can finish).
+  const computeUp = await services.compute.start(config.imageProfile);
+  if (computeUp) {
+    await logJail(services, config, logger);
+    await services.instances.reconcile();
+  } else {
+    logger.error({}, 'the compute worker is not up yet: calls that need it answer 503 N01 until it is; machines are adopted then');
+  }
+  // A worker back after it could not be reached: its machines are adopted and what it cut short is finished.
+  services.compute.onBack(() => {
+    void services.instances.reconcile({ cleanUp: false }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
+  });
   const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
   if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
-  void prepareImage(services, config, logger);
+  if (services.compute.inProcess) void prepareImage(services, config, logger); // a worker prepares its own
   void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'interrupted image builds could not be resumed'));
   const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
   if (admin) logger.info({ email: admin.email }, 'created the first account from KISTE_ADMIN_EMAIL');
@@ -88,11 +92,21 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       await jobs.stop();
       await leadership.close();
       await Promise.allSettled(services.instances.operations.pending());
-      services.machineHost.detachAll(); // machines keep running; the next start adopts them
-      await services.machineJail.stopWatching(); // their network rules stay; the next start watches them again
+      await services.compute.stop(); // machines keep running; the next start adopts them
       await database.close();
     },
   };
+}
+
+/**
+ * The host must jail machines (own users, network rules, limits) before any starts; without it the
+ * service still serves the API and machines that run, but starts none (K09) until a later check
+ * passes (the jail checks again when a start or GET /v1/status asks).
+ */
+async function logJail(services: Services, config: Config, logger: Logger): Promise<void> {
+  const jailProblem = await services.machineHost.isolationProblem();
+  if (jailProblem) logger.error(jailProblem, 'machines cannot be isolated from this host: none starts until this is mended (checked again when one is to start)');
+  else logger.info({ uids: `${config.machineUidBase + 1}-${config.machineUidBase + 65_535}`, egress: config.machineEgress.mode, allow: config.machineEgress.allow.map((c) => c.cidr) }, 'machine jail ready');
 }
 
 async function main(): Promise<void> {

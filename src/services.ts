@@ -41,9 +41,8 @@ import { EncoderJail } from './compute/jail/encoder-jail';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
-import type { QemuMachineHost } from './compute/qemu-machine-host';
-import { createComputeHost } from './compute/compute-host';
-import type { HostJail } from './compute/jail';
+import { InProcessCompute, type ServiceCompute, type ServiceHost } from './compute/service-compute';
+import { LocalWorkerCompute } from './compute/local-worker-compute';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
 import { ApiTokenStore } from './store/api-tokens';
@@ -85,9 +84,10 @@ export interface Services {
   deletions: AccountDeletions;
   platform: Platform;
   events: EventStream;
-  machineHost: QemuMachineHost;
-  /** The jail of every machine's QEMU (checked at start, torn down by tests). */
-  machineJail: HostJail;
+  /** The host of the machines, as the domain holds it (a local worker's, or this process's own). */
+  machineHost: ServiceHost;
+  /** Where machines run: started and stopped with the service (in-process: its QemuMachineHost and jail). */
+  compute: ServiceCompute;
   instances: Instances;
   /** The universal image, private images and the component catalogue. */
   images: Images;
@@ -133,6 +133,8 @@ export interface ServiceOptions {
   builtFiles?: BuiltFiles;
   /** How long a presented credential is trusted without a database read (default 1 s); tests lengthen it. */
   credentialCacheTtlMs?: number;
+  /** Where machines run instead of the one config.compute names (tests). */
+  compute?: ServiceCompute;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -165,25 +167,19 @@ export function createServices(config: Config, database: Database, options: Serv
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
   const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus() });
-  const { jail, machineHost, machineDisplay } = createComputeHost({
-    dataDir: config.dataDir,
-    imagesDir: config.imagesDir,
-    accelerator: options.accelerator ?? 'tcg',
-    bootSnapshots: config.bootSnapshots,
-    machineUidBase: config.machineUidBase,
-    machineEgress: config.machineEgress,
-    logger,
-    machineDisplay: options.machineDisplay,
-    onAgentLinkDropped: () => metrics.linkDropped('agent'),
-  });
+  // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
+  const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
+  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, options.machineDisplay);
+  const machineHost = compute.host;
+  const machineDisplay = compute.display;
   const secretKey = installationSecret(config);
   const credentials = new Credentials(stores, secretKey, clock, database.credentialChanges, options.credentialCacheTtlMs);
   const imageStore = new ImageStore(db);
   const currentImage = () => machineHost.currentImage(config.imageProfile);
   const imageBuilds = new ImageBuilds(transactions, imageStore, {
     profile: config.imageProfile,
-    diskMib: (version) => {
-      const manifest = machineHost.imageManifest({ profile: config.imageProfile, version, artifactKey: '' });
+    diskMib: async (version) => {
+      const manifest = await machineHost.imageManifest({ profile: config.imageProfile, version, artifactKey: '' });
       return manifest ? manifestDiskMib(manifest) : null;
     },
     buildLayer: (request) => machineHost.buildLayer(request),
@@ -236,7 +232,7 @@ export function createServices(config: Config, database: Database, options: Serv
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),
     events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,
-    machineJail: jail,
+    compute,
     instances,
     images,
     imageBuilds,
@@ -255,6 +251,24 @@ export function createServices(config: Config, database: Database, options: Serv
     builtFiles: options.builtFiles ?? new DistFiles(join(packageRoot(), 'dist')),
     startedAt: clock.now(),
   };
+}
+
+/** Machines in a supervised local kiste-worker (the default), or in this process. */
+function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, machineDisplay?: MachineDisplay): ServiceCompute {
+  if (config.compute === 'worker') {
+    return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay, keepVersions });
+  }
+  return new InProcessCompute({
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    accelerator,
+    bootSnapshots: config.bootSnapshots,
+    machineUidBase: config.machineUidBase,
+    machineEgress: config.machineEgress,
+    logger,
+    machineDisplay,
+    onAgentLinkDropped: () => metrics.linkDropped('agent'),
+  });
 }
 
 /**

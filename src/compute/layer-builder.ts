@@ -54,11 +54,16 @@ export interface LayerBuildRequest {
   signal?: AbortSignal;
 }
 
+/** What a build tells its caller: the layer's files stay on the host that built it (a worker's control plane never sees its paths). */
 export interface BuiltLayer {
-  disk: string;
   /** `name=version` of the requested packages as installed. */
   packages: string[];
   virtualBytes: number;
+}
+
+/** A layer in this host's image folder. */
+export interface LayerOnDisk extends BuiltLayer {
+  disk: string;
 }
 
 /** What the builder needs of the machine host. */
@@ -112,7 +117,7 @@ export class LayerBuilder {
   }
 
   /** A layer built before (its manifest is written last); null when there is none. */
-  async find(version: string, key: string): Promise<BuiltLayer | null> {
+  async find(version: string, key: string): Promise<LayerOnDisk | null> {
     const dir = this.layerDir(version, key);
     try {
       const manifest = JSON.parse(await readFile(join(dir, 'layer.json'), 'utf8')) as LayerManifest;
@@ -239,7 +244,7 @@ export class LayerBuilder {
    * machines made from it: the copy (root's now) must be a plain qcow2 layer of the expected size on
    * the base version's disk, with no external data file.
    */
-  private async publish(request: LayerBuildRequest, top: string, packages: string[]): Promise<BuiltLayer> {
+  private async publish(request: LayerBuildRequest, top: string, packages: string[]): Promise<LayerOnDisk> {
     const dir = this.layerDir(request.base.version, request.key);
     const building = `${dir}.building`;
     await rm(building, { recursive: true, force: true });

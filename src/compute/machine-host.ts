@@ -6,6 +6,21 @@ import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
 import type { GuestAgent } from './guest-agent';
 
 export type Accelerator = 'kvm' | 'tcg';
+
+/**
+ * The host that runs machines cannot be reached now (a worker that is down or being restarted):
+ * the API answers 503 N01 with Retry-After, machines run on, and an operation it cut short stays
+ * open for the reconciler to finish once the host is back.
+ */
+export class HostUnreachableError extends Error {}
+
+/** Whether a failure came from a host out of reach, directly or as the cause of another (an agent call's). */
+export function cameFromUnreachableHost(error: unknown): boolean {
+  for (let current = error, depth = 0; current instanceof Error && depth < 4; current = current.cause, depth++) {
+    if (current instanceof HostUnreachableError) return true;
+  }
+  return false;
+}
 export type ImageProfile = 'minimal' | 'desktop' | 'desktop-lite';
 
 export interface HostImage {
@@ -69,6 +84,8 @@ export interface HostCapacity {
  */
 export interface HostChecks {
   readonly accelerator: Accelerator;
+  /** False while the host cannot be reached at all (a worker being started again): its calls would fail at once with HostUnreachableError. */
+  reachable(): boolean;
   /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
   isolationProblem(): Promise<{ reason: string; hint: string } | null>;
   /** What the host can still take (the domain checks new and starting machines against it). */
@@ -81,7 +98,7 @@ export interface HostImages {
   currentImage(profile: ImageProfile): HostImage | null;
   imageBuildState(profile: ImageProfile): ImageBuildState;
   /** What an image version holds (packages, sizes, release notes), from its manifest; null when unreadable. */
-  imageManifest(image: HostImage): ImageManifest | null;
+  imageManifest(image: HostImage): Promise<ImageManifest | null>;
   /** Builds (or finds) the derived layer of `request.key` on `request.base` in a builder machine. */
   buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
 }

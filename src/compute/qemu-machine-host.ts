@@ -147,12 +147,17 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     return this.images.buildState(profile);
   }
 
-  imageManifest(image: HostImage): ImageManifest | null {
+  async imageManifest(image: HostImage): Promise<ImageManifest | null> {
     return this.images.manifest(image);
   }
 
   buildLayer(request: LayerBuildRequest): Promise<BuiltLayer> {
     return this.layerBuilder.build(request);
+  }
+
+  /** In the process that asks: always. */
+  reachable(): boolean {
+    return true;
   }
 
   isolationProblem(): Promise<{ reason: string; hint: string } | null> {
@@ -411,9 +416,9 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
 
   /**
    * Removes image versions (with their boot snapshots and derived layers) that are nobody's latest,
-   * that no machine's disk backs onto and that are not in `keep` (versions private images' layers sit on).
+   * that no machine's disk backs onto and that are not in `keep` (versions private images' layers sit on); returns those removed.
    */
-  async removeUnusedImages(keep: ReadonlySet<string> = new Set()): Promise<void> {
+  async removeUnusedImages(keep: ReadonlySet<string> = new Set()): Promise<string[]> {
     const inUse = new Set<string>(keep);
     try {
       for (const active of await this.activeLayers()) {
@@ -424,10 +429,11 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       }
     } catch (error) {
       this.options.logger.warn({ err: error }, 'a disk chain could not be read; no image version removed');
-      return;
+      return [];
     }
     const removed = await this.images.removeUnused(inUse);
     if (removed.length) this.options.logger.info({ removed }, 'removed image versions no machine uses');
+    return removed;
   }
 
   /** The boot snapshot of a configuration: ready, being made, or made now (null: off, or the making failed). */

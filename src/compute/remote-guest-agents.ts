@@ -18,7 +18,7 @@ import { runToEnd, type RunResult } from './agent/run-to-end';
 import type { GuestAgent } from './guest-agent';
 import type { GuestAgents } from './machine-host';
 import { machinePath, wire } from './worker-wire';
-import { WorkerCallError, WorkerProtocolError, WorkerUnreachableError, type WorkerClient } from './worker-client';
+import { WorkerCallError, WorkerProtocolError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
 
 type Wire = components['schemas'];
 
@@ -34,7 +34,7 @@ const EXIT_GRACE_MS = 30_000;
 const HOP_MS = 5_000;
 
 export class RemoteGuestAgents implements GuestAgents {
-  constructor(private readonly worker: WorkerClient) {}
+  constructor(private readonly worker: WorkerCalls) {}
 
   agent(id: string): GuestAgent {
     return new RemoteGuestAgent(this.worker, machinePath(id, 'agent'));
@@ -43,7 +43,7 @@ export class RemoteGuestAgents implements GuestAgents {
 
 class RemoteGuestAgent implements GuestAgent {
   constructor(
-    private readonly worker: WorkerClient,
+    private readonly worker: WorkerCalls,
     /** `/w1/machines/<id>/agent`. */
     private readonly path: string,
   ) {}
@@ -96,7 +96,7 @@ class RemoteExec implements ExecStream {
   private rejectExit!: (error: Error) => void;
 
   constructor(
-    private readonly worker: WorkerClient,
+    private readonly worker: WorkerCalls,
     private readonly execId: string,
     readonly pid: number,
     private readonly ws: WebSocket,
@@ -254,7 +254,7 @@ async function agentCall<T>(call: () => Promise<T>): Promise<T> {
     if (error instanceof WorkerCallError) {
       throw new AgentCallError(error.agentCode ?? (error.status === 404 ? 'no_such_channel' : 'internal'), error.message);
     }
-    if (error instanceof WorkerUnreachableError) throw new AgentCallError('disconnected', error.message);
+    if (error instanceof WorkerUnreachableError) throw new AgentCallError('disconnected', error.message, { cause: error });
     if (error instanceof WorkerProtocolError) throw new AgentCallError('bad_response', error.message);
     throw error;
   }

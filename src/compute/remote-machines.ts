@@ -2,12 +2,12 @@
 // in-process QemuMachineHost (issue 22). Every answer is the worker client's checked one; a machine
 // operation that failed on the worker fails here with the worker's message.
 import type { components } from '../generated/worker-api';
-import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, ImageBuildState, ImageProfile, Machines, MachineShape, StartedMachine } from './machine-host';
+import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, Machines, MachineShape, StartedMachine } from './machine-host';
 import type { Duplex } from 'node:stream';
 import { byteStream } from '../net/websocket';
 import type { MachineScreens } from './guest-display';
 import type { DisplaySize } from './machine-display';
-import type { WorkerClient } from './worker-client';
+import type { WorkerCalls } from './worker-client';
 import { fromWire, machinePath, wire } from './worker-wire';
 
 type Wire = components['schemas'];
@@ -16,7 +16,7 @@ type Wire = components['schemas'];
 const MACHINE_OPERATION_MS = 15 * 60_000;
 
 export class RemoteMachines implements Machines, MachineScreens {
-  constructor(private readonly worker: WorkerClient) {}
+  constructor(private readonly worker: WorkerCalls) {}
 
   private start(operationId: 'CreateMachine' | 'BootMachine' | 'ResumeMachine', id: string, action: string, image: HostImage, shape: MachineShape, identity: GuestIdentity) {
     const body: Wire['StartRequest'] = { image: wire.image(image), shape: wire.shape(shape), identity: wire.identity(identity) };
@@ -101,11 +101,5 @@ export class RemoteMachines implements Machines, MachineScreens {
     const screen = await this.worker.upgrade(machinePath(id, 'screen/rfb'), 'OpenScreen', byteStream);
     if (screen.errored) throw screen.errored; // broken by what came with the 101
     return screen;
-  }
-
-  /** The served image of a profile and its build, as the worker sees them. */
-  async imageState(profile: ImageProfile): Promise<{ current: HostImage | null; build: ImageBuildState }> {
-    const state = (await this.worker.call('GET', `/w1/images/${profile}`, 'GetImageState')) as Wire['ImageState'];
-    return { current: state.current ? fromWire.image(state.current) : null, build: fromWire.buildState(state.build) };
   }
 }

@@ -8,6 +8,7 @@ import { WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import { peerText } from '../protocol/peer-input';
+import { HostUnreachableError } from './machine-host';
 import { answerSignedBy, signRequest, SIGNATURE_HEADERS } from '../protocol/worker-signature';
 
 /** No answer of this protocol is larger (streams are upgrades, not answers). */
@@ -16,7 +17,8 @@ const MAX_ANSWER_BYTES = 1024 * 1024;
 export type WorkerHello = components['schemas']['WorkerHello'];
 export type WorkerChecks = components['schemas']['WorkerChecks'];
 
-export class WorkerUnreachableError extends Error {}
+/** The worker cannot be reached (N01 for the API). */
+export class WorkerUnreachableError extends HostUnreachableError {}
 export class WorkerProtocolError extends Error {}
 /** The worker answered, validly, with an error of the protocol (`agentCode`: how a guest agent call failed). */
 export class WorkerCallError extends Error {
@@ -42,6 +44,11 @@ export interface WorkerClientSettings {
 
 export class WorkerClient {
   constructor(private readonly settings: WorkerClientSettings) {}
+
+  /** A client of one worker finds out by calling whether it answers. */
+  reachable(): boolean {
+    return true;
+  }
 
   hello(): Promise<WorkerHello> {
     return this.call('GET', '/w1/hello', 'WorkerHello') as Promise<WorkerHello>;
@@ -141,6 +148,9 @@ export class WorkerClient {
     });
   }
 }
+
+/** What the control plane's compute parts call: a worker's client, or the supervised local worker's. */
+export type WorkerCalls = Pick<WorkerClient, 'call' | 'upgrade' | 'reachable'>;
 
 /** An answer's body, at most MAX_ANSWER_BYTES. */
 function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {

@@ -1,7 +1,9 @@
 // The machine host's values as worker-api.yaml carries them (snake_case JSON) and back: one place
 // for both sides of the protocol, so the worker's answers and the control plane's requests agree.
 import type { components } from '../generated/worker-api';
+import type { ImageManifest } from '../../images';
 import type { ExecStartParams } from '../protocol/agent';
+import type { LayerBuildRequest } from './layer-builder';
 import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineShape } from './machine-host';
 
 type Wire = components['schemas'];
@@ -41,6 +43,14 @@ export const wire = {
   }),
   shape: (shape: MachineShape): Wire['MachineShape'] => ({ vcpu: shape.vcpu, memory_mib: shape.memoryMib, disk_mib: shape.diskMib }),
   identity: (identity: GuestIdentity): Wire['GuestIdentity'] => ({ hostname: identity.hostname, authorized_keys: identity.authorizedKeys }),
+  /** Only the declared fields of the worker's manifest file (the control plane refuses any other). */
+  manifest: (manifest: ImageManifest): Wire['ImageManifest'] => manifestFields(manifest),
+  layerBuildStart: (request: Pick<LayerBuildRequest, 'base' | 'key' | 'packages' | 'diskMib'>): Wire['LayerBuildStart'] => ({
+    base: wire.image(request.base),
+    key: request.key,
+    packages: request.packages,
+    disk_mib: request.diskMib,
+  }),
   started: (started: Partial<ForkedMachine> & Pick<ForkedMachine, 'hostKeys'>): Wire['StartedMachine'] => ({
     host_keys: started.hostKeys.map((key) => ({ algorithm: key.algorithm, public_key: key.publicKey })),
     ...(started.startedFrom ? { started_from: started.startedFrom } : {}),
@@ -64,4 +74,34 @@ export const fromWire = {
     ...(started.source_paused_ms !== undefined ? { sourcePausedMs: started.source_paused_ms } : {}),
   }),
   buildState: (build: Wire['ImageState']['build']): ImageBuildState => ({ state: build.state, step: build.step, error: build.error }),
+  manifest: (manifest: Wire['ImageManifest']): ImageManifest => manifestFields(manifest),
+  layerBuildStart: (start: Wire['LayerBuildStart']): Pick<LayerBuildRequest, 'base' | 'key' | 'packages' | 'diskMib'> => ({
+    base: fromWire.image(start.base),
+    key: start.key,
+    packages: start.packages,
+    diskMib: start.disk_mib,
+  }),
 };
+
+/** The manifest's fields, the same names on both sides; the optional ones only when present. */
+function manifestFields(manifest: ImageManifest | Wire['ImageManifest']): ImageManifest & Wire['ImageManifest'] {
+  return {
+    version: manifest.version,
+    profile: manifest.profile,
+    description: manifest.description,
+    created_at: manifest.created_at,
+    kernel: manifest.kernel,
+    kernel_cmdline: manifest.kernel_cmdline,
+    packages: manifest.packages,
+    ...(manifest.package_sizes_kib ? { package_sizes_kib: manifest.package_sizes_kib } : {}),
+    sizes: manifest.sizes,
+    sha256: manifest.sha256,
+    recipe_hash: manifest.recipe_hash,
+    agent: { guest_path: manifest.agent.guest_path, port: manifest.agent.port, sha256: manifest.agent.sha256 },
+    disk: { format: manifest.disk.format, filesystem: manifest.disk.filesystem, device: manifest.disk.device, grows_on_boot: manifest.disk.grows_on_boot },
+    suite: manifest.suite,
+    ...(manifest.display !== undefined ? { display: manifest.display ? { width: manifest.display.width, height: manifest.display.height } : null } : {}),
+    ...(manifest.previous_version !== undefined ? { previous_version: manifest.previous_version } : {}),
+    ...(manifest.release_notes ? { release_notes: manifest.release_notes } : {}),
+  };
+}

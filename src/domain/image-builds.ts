@@ -34,7 +34,7 @@ export interface LayerHost {
   /** The profile the universal image is built from (a layer's base is a version of it). */
   profile: HostImage['profile'];
   /** The base version's disk size in MiB (its manifest), null when the version is gone. */
-  diskMib(version: string): number | null;
+  diskMib(version: string): Promise<number | null>;
   buildLayer(request: LayerBuildRequest): Promise<BuiltLayer>;
 }
 
@@ -140,8 +140,8 @@ export class ImageBuilds {
       await this.store.recordBuild(image.id, { buildStep: step, buildProgress: progress, buildLog: log.text, buildLogTruncated: log.truncated });
     };
     const version = image.baseVersion ?? '';
-    const baseMib = this.host.diskMib(version);
     try {
+      const baseMib = await this.host.diskMib(version);
       if (baseMib === null) throw new Error(`the base image version ${version} is not on this server any more`);
       const stillWanted = await this.store.recordBuild(image.id, { buildStartedAt: started, buildFinishedAt: null, buildError: null, buildStep: step, buildProgress: 0 });
       if (!stillWanted || signal.aborted) return; // deleted while it waited its turn: no builder boots for it

@@ -32,7 +32,7 @@ export interface ImageSelectionRequest {
 /** What the image endpoints need of the machine host: the served image and its manifest. */
 export interface ServedImages {
   currentImage(): HostImage | null;
-  manifest(image: HostImage): ImageManifest | null;
+  manifest(image: HostImage): Promise<ImageManifest | null>;
 }
 
 /** Builds the derived layers of private images in the background (a builder machine). */
@@ -81,15 +81,15 @@ export class Images {
   ) {}
 
   /** The served universal image with its components; K06 while none is built yet. */
-  servedImage(): Served {
+  async servedImage(): Promise<Served> {
     const image = this.served.currentImage();
-    const manifest = image ? this.served.manifest(image) : null;
+    const manifest = image ? await this.served.manifest(image) : null;
     if (!image || !manifest) throw new KisteError('K06', { message: 'The machine image is still being built' });
     return { image, manifest, components: componentsOfImage(manifest) };
   }
 
-  catalogue(): BuiltComponent[] {
-    return this.servedImage().components;
+  async catalogue(): Promise<BuiltComponent[]> {
+    return (await this.servedImage()).components;
   }
 
   list(accountId: string): Promise<Image[]> {
@@ -105,7 +105,7 @@ export class Images {
   }
 
   async resolve(accountId: string, request: ImageSelectionRequest): Promise<Resolution> {
-    const served = this.servedImage();
+    const served = await this.servedImage();
     const from = request.from ?? UNIVERSAL_IMAGE;
     const base = isUniversal(from) ? null : await this.store.findByRef(accountId, from);
     if (!isUniversal(from) && !base) throw new KisteError('K20', { message: `No image ${from}`, param: 'from' });
@@ -192,7 +192,7 @@ export class Images {
   async forInstance(accountId: string, ref: string | null | undefined): Promise<InstanceImage> {
     if (!ref || isUniversal(ref)) {
       const served = this.served.currentImage();
-      const manifest = served ? this.served.manifest(served) : null;
+      const manifest = served ? await this.served.manifest(served) : null;
       const components = manifest ? componentsOfImage(manifest).map(({ id, version }: BuiltComponent) => ({ id, version })) : [];
       return { label: UNIVERSAL_IMAGE, imageId: null, components, artifactKey: null, layer: null, minDiskMib: null };
     }
@@ -205,14 +205,14 @@ export class Images {
       });
     }
     const layer = image.buildStrategy === 'derived_layer' && image.baseVersion ? { version: image.baseVersion, key: image.artifactKey } : null;
-    const minDiskMib = layer ? this.layerDiskMibOn(layer.version) : null;
+    const minDiskMib = layer ? await this.layerDiskMibOn(layer.version) : null;
     return { label: ref, imageId: image.id, components: image.components as unknown as ComponentRef[], artifactKey: image.artifactKey, layer, minDiskMib };
   }
 
   /** The disk of a derived layer on `version`, from that version's manifest. */
-  private layerDiskMibOn(version: string): number | null {
+  private async layerDiskMibOn(version: string): Promise<number | null> {
     const current = this.served.currentImage();
-    const manifest = current ? this.served.manifest({ ...current, version, layer: null }) : null;
+    const manifest = current ? await this.served.manifest({ ...current, version, layer: null }) : null;
     return manifest ? layerDiskMib(manifestDiskMib(manifest)) : null;
   }
 
@@ -222,8 +222,8 @@ export class Images {
   }
 
   /** GET /v1/runtime/image: the served version and its release notes (written when it was built). */
-  runtime(): { version: string; releasedAt: string; notes: string[] } {
-    const { manifest } = this.servedImage();
+  async runtime(): Promise<{ version: string; releasedAt: string; notes: string[] }> {
+    const { manifest } = await this.servedImage();
     const notes = manifest.release_notes ?? [`${manifest.version}: no release notes were recorded for this version (built before kiste wrote them).`];
     return { version: manifest.version, releasedAt: manifest.created_at, notes };
   }

@@ -2,6 +2,7 @@
 // one gets 409 K05); its end — new state, cleared claim and the account event — is written in one
 // transaction, so the stream never shows a state the row does not have. Callers wait up to a
 // bound and answer 202 when the work goes on in the background.
+import { cameFromUnreachableHost } from '../compute/machine-host';
 import { KisteError } from '../errors';
 import { raiseAlert } from '../store/alerts';
 import { appendEvent } from '../store/events';
@@ -71,6 +72,11 @@ export class InstanceOperations {
     }
   }
 
+  /** Whether this process runs an operation of the instance now (the reconciler leaves it alone). */
+  isRunning(instanceId: string): boolean {
+    return this.inFlight.has(instanceId);
+  }
+
   /** Operations still running in this process (shutdown waits for them). */
   pending(): Promise<unknown>[] {
     return [...this.inFlight.values()];
@@ -81,6 +87,12 @@ export class InstanceOperations {
     try {
       outcome = await work();
     } catch (error) {
+      if (cameFromUnreachableHost(error)) {
+        // Not a failure of the machine: the operation stays open (claimed, with its goal) and the
+        // reconciler finishes it once the host is back.
+        this.logger.error({ err: error, instance: instance.id, operation: instance.operation }, 'instance operation waits for its host, which cannot be reached now');
+        return this.store.findById(instance.id);
+      }
       const message = error instanceof Error ? error.message : String(error);
       this.logger.error({ err: error, instance: instance.id, operation: instance.operation }, 'instance operation failed');
       outcome = {

@@ -3,6 +3,7 @@
 // background (the caller answers 202). Limits are checked under the account lock.
 import { KisteError } from '../errors';
 import { AgentCallError } from '../compute/guest-agent';
+import { cameFromUnreachableHost } from '../compute/machine-host';
 import type { ForkedMachine, GuestAgents, GuestIdentity, HostChecks, HostImage, HostImages, ImageProfile, Machines, MachineShape, StartedMachine } from '../compute/machine-host';
 import type { AccountStore } from '../store/accounts';
 import type { DeviceKeyStore } from '../store/device-keys';
@@ -73,6 +74,7 @@ export class Instances {
   readonly checkpoints: InstanceCheckpoints;
   /** Whether machines can start now, and why not (also for GET /v1/status and /status.json). */
   readonly availability: MachineAvailabilityCheck;
+  private reconciling: Promise<void> | null = null;
 
   constructor(
     private readonly transactions: Transactions,
@@ -276,7 +278,7 @@ export class Instances {
       return { ...sample, sampledAt: this.clock.now() };
     } catch (error) {
       // A silent agent, or one whose answer is not a sample (the guest is not trusted): the machine's matter, not the service's.
-      if (error instanceof AgentCallError) throw new KisteError('K10', { message: `Instance ${name}'s guest agent did not give a sample (${error.message})` });
+      if (error instanceof AgentCallError && !cameFromUnreachableHost(error)) throw new KisteError('K10', { message: `Instance ${name}'s guest agent did not give a sample (${error.message})` });
       throw error;
     }
   }
@@ -307,12 +309,29 @@ export class Instances {
    * cannot be, rolled back to what the host really has. Machine files no row knows are removed (no
    * orphans), and only then does the finishing work start, in the background: a fork needs its
    * source adopted, and the collection of unused layers must not see the layers it is making.
+   *
+   * Again, without the clean-up (`cleanUp: false`: the API is serving then, and a machine being
+   * made must not look like a stray), whenever the host comes back after it could not be reached:
+   * operations it cut short are open and finished the same way. Instances with an operation this
+   * process runs are left to it. A host that cannot be reached ends the pass (nothing is rolled
+   * back for it); one pass runs at a time.
    */
-  async reconcile(): Promise<void> {
-    const rows = await this.stores.instances.all();
+  reconcile(options: { cleanUp: boolean } = { cleanUp: true }): Promise<void> {
+    if (this.reconciling) return this.reconciling;
+    this.reconciling = this.reconcileOnce(options.cleanUp).finally(() => {
+      this.reconciling = null;
+    });
+    return this.reconciling;
+  }
+
+  private async reconcileOnce(cleanUp: boolean): Promise<void> {
+    const rows = (await this.stores.instances.all()).filter((row) => !this.operations.isRunning(row.id));
     const afterCleanUp: (() => void)[] = [];
     for (const row of rows) {
-      const alive = await this.host.adopt(row.id).catch(() => false);
+      const alive = await this.host.adopt(row.id).catch((error: unknown) => {
+        if (cameFromUnreachableHost(error)) throw error;
+        return false;
+      });
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
         await this.operations.run(row, async () => {
           await this.host.destroy(row.id);
@@ -346,8 +365,10 @@ export class Instances {
         );
       }
     }
-    await this.host.removeStrays(rows.map((row) => row.id)); // no machine runs that no record owns
-    await this.host.removeUnusedLayers();
+    if (cleanUp) {
+      await this.host.removeStrays((await this.stores.instances.all()).map((row) => row.id)); // no machine runs that no record owns
+      await this.host.removeUnusedLayers();
+    }
     for (const finish of afterCleanUp) finish();
   }
 
@@ -403,7 +424,8 @@ export class Instances {
     const finished = await this.operations.waitAtMost(running, this.settings.lifecycleWaitMs);
     if (finished) {
       const final = await running;
-      return { instance: final ?? claimed, finished: true };
+      // Still open when its host could not be reached: the reconciler finishes it later (202).
+      return { instance: final ?? claimed, finished: final === null || final.operation === null };
     }
     return { instance: (await this.stores.instances.findById(instance.id)) ?? claimed, finished: false };
   }

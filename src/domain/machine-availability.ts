@@ -1,13 +1,14 @@
 // Whether this server can start machines now, and if not why: one answer for every start (K09 when
-// the host cannot jail them, which no retry mends; K06 while the image is not built), for
+// the host cannot jail them, which no retry mends; K06 while the image is not built; N01 while the
+// compute worker cannot be reached), for
 // GET /v1/status (the reason and what the operator does) and for /status.json (the public component
 // state). A fresh host lacks both for a while: the jail check runs at start, the first image build
 // takes minutes.
 import { ERRORS } from '../generated/errors';
 import { KisteError } from '../errors';
-import type { HostChecks, HostImage, HostImages, ImageProfile } from '../compute/machine-host';
+import { cameFromUnreachableHost, type HostChecks, type HostImage, type HostImages, type ImageProfile } from '../compute/machine-host';
 
-export type UnavailableCause = 'isolation' | 'image_building' | 'image_failed';
+export type UnavailableCause = 'isolation' | 'image_building' | 'image_failed' | 'compute_unreachable';
 
 export type MachineAvailability =
   | { available: true; image: HostImage }
@@ -19,7 +20,13 @@ export class MachineAvailabilityCheck {
   constructor(private readonly host: AvailabilityHost, private readonly profile: ImageProfile) {}
 
   async now(): Promise<MachineAvailability> {
-    const jail = await this.host.isolationProblem();
+    let jail: Awaited<ReturnType<HostChecks['isolationProblem']>>;
+    try {
+      jail = await this.host.isolationProblem();
+    } catch (error) {
+      if (!cameFromUnreachableHost(error)) throw error;
+      return { available: false, cause: 'compute_unreachable', reason: 'The compute worker cannot be reached now (it is being started again)', hint: ERRORS.N01.hint };
+    }
     if (jail) return { available: false, cause: 'isolation', reason: `This server cannot run machines isolated from the host: ${jail.reason}`, hint: jail.hint };
     const image = this.host.currentImage(this.profile);
     if (image) return { available: true, image };
@@ -37,6 +44,7 @@ export class MachineAvailabilityCheck {
     const now = await this.now();
     if (now.available) return now.image;
     if (now.cause === 'isolation') throw new KisteError('K09', { message: now.reason, hint: now.hint });
+    if (now.cause === 'compute_unreachable') throw new KisteError('N01', { message: now.reason });
     throw new KisteError('K06', { message: now.reason });
   }
 }

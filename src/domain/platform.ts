@@ -20,7 +20,7 @@ function minuteOf(date: Date): Date {
 /** Public: the state only; why (the jail's reason, the build's error) is for signed-in users (GET /v1/status). */
 function machineState(machines: MachineAvailability): ComponentState {
   if (machines.available) return 'operational';
-  return machines.cause === 'image_building' ? 'degraded' : 'outage';
+  return machines.cause === 'image_building' || machines.cause === 'compute_unreachable' ? 'degraded' : 'outage';
 }
 
 export class Platform {

@@ -6,7 +6,7 @@
 import type { Duplex } from 'node:stream';
 import { KisteError } from '../errors';
 import { AgentCallError } from '../compute/guest-agent';
-import type { GuestAgents } from '../compute/machine-host';
+import { cameFromUnreachableHost, type GuestAgents } from '../compute/machine-host';
 import { AccountSlots } from './account-slots';
 import type { Instances } from './instances';
 
@@ -109,7 +109,7 @@ export class SshTunnels {
       } catch (error) {
         // sshd refused, or the guest's agent is not answering (the machine is still starting, or
         // going away): either way SSH is not reachable now, and a retry may succeed.
-        if (error instanceof AgentCallError) {
+        if (error instanceof AgentCallError && !cameFromUnreachableHost(error)) {
           throw new KisteError('K04', { message: `Instance ${name}'s SSH server is not accepting connections now (${error.message})` });
         }
         throw error;

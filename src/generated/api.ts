@@ -2829,10 +2829,12 @@ export interface components {
              * @description Null while available. `isolation`: the host cannot jail machines (starts answer 503 K09
              *     until the operator mends it; no restart needed); `image_building`: the machine image is
              *     being built (starts answer 503 K06, retry later); `image_failed`: its build failed (503 K06
-             *     until the operator mends it and restarts the service).
+             *     until the operator mends it and restarts the service); `compute_unreachable`: the compute
+             *     worker cannot be reached now (it is being started again; calls that need it answer 503
+             *     N01 with Retry-After, running machines are not affected).
              * @enum {string|null}
              */
-            cause: "isolation" | "image_building" | "image_failed" | null;
+            cause: "isolation" | "image_building" | "image_failed" | "compute_unreachable" | null;
             /** @description What to do about it. */
             hint: string | null;
             /** @description What is missing, as a start's refusal would say it (with the build's step while it builds). */

@@ -101,6 +101,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/image-versions/{version}/manifest": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What an image version holds (packages, sizes, release notes), from its manifest
+         * @description Read from the worker's files: the control plane checks it against `ImageManifest` like any
+         *     answer. Versions never change once published, so the control plane keeps what it read.
+         *     `manifest` is null when the version is not there or its manifest cannot be read.
+         */
+        get: operations["GetImageManifest"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/images/{profile}": {
         parameters: {
             query?: never;
@@ -112,6 +134,66 @@ export interface paths {
         };
         /** The newest ready image of a profile and the state of its build */
         get: operations["GetImageState"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/images/{profile}/collect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                profile: components["schemas"]["ImageProfile"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Removes image versions nobody uses any more (with their boot snapshots and layers)
+         * @description The control plane calls it once it sees a new ready version of the profile, with the
+         *     versions its records still need (those private images' derived layers sit on). The worker
+         *     removes every version that is no profile's latest, that no machine's disk backs onto, that
+         *     is not in `keep` and that is older than an hour; it waits until the profile's build has
+         *     started renewing its boot snapshots, which reads the configurations of the older versions
+         *     first. Answers the versions removed.
+         */
+        post: operations["CollectImages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/layers/build": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Builds (or finds) a derived image layer in a builder machine, as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`. The control plane's first and only message
+         *     is `LayerBuildStart` (text). It travels as a message, not in the path, because it is a
+         *     JSON object the spec checks like any body (a package list of up to 1000 entries would
+         *     strain the request line, and Debian versions' characters would raise URL-encoding
+         *     questions); the connection it arrives on is the one whose upgrade was signed. A worker
+         *     that has no start within 30 s, or gets any other message, closes the stream.
+         *     Then the worker sends text messages of `LayerBuildMessage`: `progress` and `log` while it
+         *     builds, and one `built` or `failed`, then closes. Log text comes in pieces of at most 16
+         *     KiB; while more than 1 MiB waits to be written to the control plane, log pieces are dropped
+         *     (a later log message says how many bytes) and only the latest progress is kept. Closing
+         *     the WebSocket before the end gives the build up: the builder machine is removed (unless
+         *     another stream still waits for the same key). At most 4 builds are open at once;
+         *     one more answers 500 before the handshake. The layer's files stay on the worker: the
+         *     answer carries what the control plane records (the packages as installed and the size).
+         */
+        get: operations["BuildLayer"];
         put?: never;
         post?: never;
         delete?: never;
@@ -533,6 +615,48 @@ export interface components {
             profile: components["schemas"]["ImageProfile"];
             version: string;
         };
+        /** @description An image version's manifest.json (images/build-image.ts `ImageManifest`), each field bounded. */
+        ImageManifest: {
+            agent: {
+                guest_path: string;
+                port: string;
+                sha256: string;
+            };
+            created_at: string;
+            description: string;
+            disk: {
+                /** @constant */
+                device: "/dev/vda";
+                /** @constant */
+                filesystem: "ext4";
+                /** @constant */
+                format: "qcow2";
+                /** @constant */
+                grows_on_boot: true;
+            };
+            display?: null | {
+                height: number;
+                width: number;
+            };
+            kernel: string;
+            kernel_cmdline: string;
+            package_sizes_kib?: {
+                [key: string]: number;
+            };
+            packages: string[];
+            previous_version?: null | components["schemas"]["ImageVersion"];
+            profile: string;
+            recipe_hash: string;
+            release_notes?: string[];
+            sha256: {
+                [key: string]: string;
+            };
+            sizes: {
+                [key: string]: number;
+            };
+            suite: string;
+            version: components["schemas"]["ImageVersion"];
+        };
         /** @enum {string} */
         ImageProfile: "minimal" | "desktop" | "desktop-lite";
         ImageState: {
@@ -544,6 +668,43 @@ export interface components {
             };
             current: null | components["schemas"]["HostImage"];
         };
+        ImageVersion: string;
+        ImageVersions: {
+            versions: components["schemas"]["ImageVersion"][];
+        };
+        /** @description A message of a `BuildLayer` stream, from the worker. */
+        LayerBuildMessage: {
+            percent: number;
+            step: string;
+            /** @constant */
+            type: "progress";
+        } | {
+            text: string;
+            /** @constant */
+            type: "log";
+        } | {
+            packages: components["schemas"]["LayerPackages"];
+            /** @constant */
+            type: "built";
+            virtual_bytes: number;
+        } | {
+            /** @description The build was given up (every stream waiting for it closed). */
+            cancelled: boolean;
+            message: string;
+            /** @constant */
+            type: "failed";
+        };
+        /** @description The first message of a `BuildLayer` stream, from the control plane. */
+        LayerBuildStart: {
+            base: components["schemas"]["HostImage"];
+            /** @description The builder's disk. */
+            disk_mib: number;
+            /** @description The layer's content key (its folder's name). */
+            key: string;
+            packages: components["schemas"]["LayerPackages"];
+        };
+        /** @description `name` or `name=version` of Debian packages. */
+        LayerPackages: string[];
         MachineIds: {
             ids: string[];
         };
@@ -803,6 +964,34 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    GetImageManifest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                version: components["schemas"]["ImageVersion"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The manifest, or null. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        manifest: null | components["schemas"]["ImageManifest"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
     GetImageState: {
         parameters: {
             query?: never;
@@ -822,6 +1011,58 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ImageState"];
                 };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    CollectImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                profile: components["schemas"]["ImageProfile"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageVersions"];
+            };
+        };
+        responses: {
+            /** @description The versions removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageVersions"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    BuildLayer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];

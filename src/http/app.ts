@@ -6,6 +6,7 @@ import pinoHttp from 'pino-http';
 import type { Logger } from 'pino';
 import spec from '../generated/openapi.json';
 import { errorEnvelope, KisteError, retryAfterOf } from '../errors';
+import { cameFromUnreachableHost } from '../compute/machine-host';
 import type { Services } from '../services';
 import { HSTS, servesHttps } from './browser-edges';
 import { runOperation } from './pipeline';
@@ -114,6 +115,9 @@ export function sendError(services: Services, error: unknown, req: Request, res:
   let known: KisteError;
   if (error instanceof KisteError) {
     known = error;
+  } else if (cameFromUnreachableHost(error)) {
+    req.log?.warn({ err: error }, 'the compute worker cannot be reached');
+    known = new KisteError('N01');
   } else {
     req.log?.error({ err: error }, 'unexpected failure');
     known = new KisteError('P10');

@@ -1,6 +1,6 @@
 // One request through kiste, in order: body limit → credential → budget → content type → JSON →
-// CSRF → spec validation → handler → answer. Each rule lives here once, driven by the operation's
-// generated metadata (x-kiste-* in openapi.yaml).
+// CSRF → spec validation → compute reachable → handler → answer. Each rule lives here once, driven
+// by the operation's generated metadata (x-kiste-* in openapi.yaml).
 import type { Request, Response } from 'express';
 import { OPERATIONS, OperationId, OperationMeta } from '../generated/operations';
 import { handlers } from '../generated/handler-registry';
@@ -60,6 +60,8 @@ export async function runOperation(services: Services, routed: RoutedRequest, re
   }
   refuseNulCharacters({ ...parameters.path, ...parameters.query }, '');
   refuseNulCharacters(body, '');
+  // The machines' host (a local worker being started again) would fail the call at once.
+  if (meta.needsCompute && !services.machineHost.reachable()) throw new KisteError('N01');
 
   const handler = handlers[meta.operationId as keyof typeof handlers] as unknown as (ctx: unknown) => Promise<AnyHandlerResult>;
   let result: AnyHandlerResult;

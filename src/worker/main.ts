@@ -2,11 +2,14 @@
 // configuration (data and image folders, accelerator, jail) and serves worker-api.yaml on a unix
 // socket (KISTE_WORKER_SOCKET, default <data>/worker.sock), signed with the secret in
 // KISTE_WORKER_SECRET_FILE (default <data>/worker.secret, made on first start). It never opens the
-// database. SIGTERM: stops listening and leaves every machine running for the next start.
+// database. It builds (or finds) its profile's image in the background once it listens, and
+// builds derived layers when asked. SIGTERM: stops listening and leaves every machine running for
+// the next start.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, loadConfig, type Config } from '../config';
 import { createComputeHost } from '../compute/compute-host';
+import { ImagePreparation } from '../compute/image-preparation';
 import { probeAccelerator } from '../compute/qemu';
 import { createServiceLogger } from '../service-log';
 import { WorkerServer } from './worker-server';
@@ -37,11 +40,15 @@ async function main(): Promise<void> {
     machineEgress: config.machineEgress,
     logger,
   });
-  await compute.machineHost.refreshImage(config.imageProfile); // the image already on disk; builds are the control plane's for now
+  await compute.machineHost.refreshImage(config.imageProfile); // the image already on disk is served at once
+  const images = new ImagePreparation(compute.machineHost, { profile: config.imageProfile, imagesDir: config.imagesDir, imageCacheDir: config.imageCacheDir }, logger);
   const socketPath = process.env.KISTE_WORKER_SOCKET || join(config.dataDir, 'worker.sock');
-  const server = new WorkerServer({ secret, version: config.version, host: compute.machineHost, logger });
+  const server = new WorkerServer({ secret, version: config.version, host: compute.machineHost, images, logger });
   await server.listenOnSocket(socketPath);
   logger.info({ socket: socketPath, accelerator }, 'kiste-worker is listening');
+  // In the background: GetImageState answers `building` with the step meanwhile (K06 on the control
+  // plane); old versions go only when the control plane names what it keeps (CollectImages).
+  void images.prepare();
   let stopping = false;
   const shutdown = (signal: string) => {
     if (stopping) return;

@@ -8,6 +8,7 @@ import { fromWire, wire } from '../compute/worker-wire';
 import { AgentCallError } from '../compute/agent/errors';
 import type { ExecTable } from './agent-streams';
 import type { MachineScreens } from '../compute/guest-display';
+import type { ImagePreparation } from '../compute/image-preparation';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -17,11 +18,15 @@ export type Answer = { status: number; body: unknown };
 /** What a worker runs machines on: the machine host and its machines' screens (QemuMachineHost is both). */
 export type WorkerHost = MachineHost & MachineScreens;
 
+/** The worker's own image builds: removals wait for what a build started (src/compute/image-preparation.ts). */
+export type WorkerImageVersions = Pick<ImagePreparation, 'removeUnused'>;
+
 export interface RouteContext {
   host: WorkerHost;
   version: string;
   startedAt: string;
   execs: ExecTable;
+  images: WorkerImageVersions;
 }
 
 interface Route {
@@ -34,6 +39,8 @@ interface Route {
 
 const ID = '([A-Za-z0-9-]{1,80})';
 const EXEC = '([0-9a-f]{32})';
+/** worker-api.yaml's ImageVersion: a letter or digit first, so never `.` or `..`. */
+const VERSION = '([A-Za-z0-9][A-Za-z0-9._-]{0,79})';
 const PROFILES: readonly ImageProfile[] = ['minimal', 'desktop', 'desktop-lite'];
 const done = {};
 
@@ -73,6 +80,21 @@ const ROUTES: Route[] = [
       const current = host.currentImage(profile);
       const build = host.imageBuildState(profile);
       return { current: current ? wire.image(current) : null, build: { state: build.state, step: build.step?.slice(0, 2000) ?? null, error: build.error?.slice(0, 2000) ?? null } };
+    },
+  },
+  {
+    method: 'POST', pattern: /^\/w1\/images\/([a-z-]{1,20})\/collect$/, operationId: 'CollectImages',
+    run: async ({ images }, match, body): Promise<Wire['ImageVersions']> => {
+      if (!PROFILES.some((p) => p === match[1])) throw new Refusal(404, `no image profile ${match[1]}`);
+      return { versions: await images.removeUnused(new Set((body as Wire['ImageVersions']).versions)) };
+    },
+  },
+  {
+    method: 'GET', pattern: new RegExp(`^/w1/image-versions/${VERSION}/manifest$`), operationId: 'GetImageManifest',
+    run: async ({ host }, [, version]) => {
+      // Versions are found by name alone; the profile and key are not read.
+      const manifest = await host.imageManifest({ profile: 'minimal', version: version!, artifactKey: '' });
+      return { manifest: manifest?.version === version ? wire.manifest(manifest) : null };
     },
   },
   { method: 'GET', pattern: /^\/w1\/machines$/, operationId: 'ListMachines', run: async ({ host }) => ({ ids: await host.knownMachineIds() }) },
@@ -174,7 +196,8 @@ export async function routeRequest(context: RouteContext, method: string, target
   const url = new URL(target, 'http://worker');
   // What was signed is what is routed: a target the URL parser would rewrite (dot segments, encoded
   // characters, a second slash) is refused, never resolved into another machine's path.
-  if (url.pathname + url.search !== target || !/^\/w1(\/[A-Za-z0-9-]+)+(\?lines=\d{1,5})?$/.test(target)) {
+  // Dots are allowed (image versions) only inside segments: a `.` or `..` segment fails the first test.
+  if (url.pathname + url.search !== target || !/^\/w1(\/[A-Za-z0-9._-]+)+(\?lines=\d{1,5})?$/.test(target)) {
     return failure(400, 'bad_request', 'the request target is not in its canonical form');
   }
   for (const route of ROUTES) {
@@ -212,8 +235,8 @@ export function failureOf(error: unknown): Answer {
   return failure(500, 'failed', error instanceof Error ? error.message : String(error));
 }
 
-/** An upgrade's route (AttachExec, OpenTcp): what it names, or the answer that refuses it. */
-export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string };
+/** An upgrade's route (AttachExec, OpenTcp, OpenScreen, BuildLayer): what it names, or the answer that refuses it. */
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' };
 
 export function upgradeTarget(target: string): UpgradeTarget | Answer {
   const url = new URL(target, 'http://worker');
@@ -224,5 +247,6 @@ export function upgradeTarget(target: string): UpgradeTarget | Answer {
   if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
   const screen = new RegExp(`^/w1/machines/${ID}/screen/rfb$`).exec(target);
   if (screen) return { kind: 'screen', machine: screen[1]! };
+  if (target === '/w1/layers/build') return { kind: 'layer' };
   return failure(404, 'not_found', `no WebSocket at ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }

@@ -10,7 +10,8 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/worker-signature';
 import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 import { carryBytes, ExecTable } from './agent-streams';
-import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerHost } from './worker-routes';
+import { LayerBuildStreams, MAX_LAYER_BUILD_STREAMS } from './layer-build-streams';
+import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerHost, type WorkerImageVersions } from './worker-routes';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -23,6 +24,8 @@ export interface WorkerServerSettings {
   secret: Buffer;
   version: string;
   host: WorkerHost;
+  /** The worker's image builds (removals wait for them). */
+  images: WorkerImageVersions;
   logger: { warn(object: object, message: string): void };
 }
 
@@ -31,12 +34,14 @@ export class WorkerServer {
   private readonly startedAt = new Date().toISOString();
   private readonly server: Server;
   private readonly execs = new ExecTable();
+  private readonly layerBuilds: LayerBuildStreams;
   private readonly sockets = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
   /** The verified nonce of each upgrade request, for the signature of its 101. */
   private readonly upgradeNonces = new WeakMap<IncomingMessage, string>();
 
   constructor(private readonly settings: WorkerServerSettings) {
     this.verifier = new RequestVerifier(settings.secret);
+    this.layerBuilds = new LayerBuildStreams((request) => settings.host.buildLayer(request));
     this.server = createServer((req, res) => void this.handle(req, res));
     this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       const res = upgradeResponse(req, socket);
@@ -73,7 +78,7 @@ export class WorkerServer {
     });
   }
 
-  /** A stream (AttachExec, OpenTcp): verified and routed like any request, answered before the handshake when refused. */
+  /** A stream (AttachExec, OpenTcp, OpenScreen, BuildLayer): verified and routed like any request, answered before the handshake when refused. */
   private async upgrade(req: IncomingMessage, socket: Socket, head: Buffer, res: ServerResponse): Promise<void> {
     res.on('finish', () => socket.end());
     const path = req.url ?? '';
@@ -90,6 +95,11 @@ export class WorkerServer {
     if (target.kind === 'exec') {
       const claimed = this.execs.claim(target.exec);
       if (!claimed) return this.answer(res, checked.nonce, failure(404, 'not_found', `no command ${target.exec} waiting for its stream`));
+      open = claimed.carry;
+      abandon = claimed.abandon;
+    } else if (target.kind === 'layer') {
+      const claimed = this.layerBuilds.claim();
+      if (!claimed) return this.answer(res, checked.nonce, failure(500, 'failed', `this worker already runs ${MAX_LAYER_BUILD_STREAMS} layer builds`));
       open = claimed.carry;
       abandon = claimed.abandon;
     } else if (target.kind === 'screen') {
@@ -139,7 +149,7 @@ export class WorkerServer {
     }
     let answer: Answer;
     try {
-      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs }, req.method ?? '', path, body);
+      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images }, req.method ?? '', path, body);
     } catch (error) {
       this.settings.logger.warn({ err: error, path }, 'worker request failed');
       answer = failure(500, 'internal', 'the worker could not answer');

@@ -5,6 +5,7 @@
 // gone once they can). Screenshots of each page; no page errors.
 import { readFileSync } from 'node:fs';
 import type { Page } from 'playwright-core';
+import { HostUnreachableError } from '../../src/compute/machine-host';
 import type { Account } from '../../src/store/accounts';
 import { screenshot } from '../support/browser';
 import { ConsoleRig, signIn, startConsole } from '../support/console';
@@ -120,6 +121,17 @@ describe('console account pages', () => {
     } finally {
       jail.mockRestore();
     }
+    // The compute worker is being started again: the notice says so and goes by itself once it answers.
+    const away = jest.spyOn(host, 'isolationProblem').mockRejectedValue(new HostUnreachableError('GET /w1/checks: the compute worker is not running now'));
+    try {
+      await page.reload();
+      await page.getByRole('heading', { name: 'The compute service cannot be reached right now.' }).waitFor();
+      await page.getByText('Machines that already run are not affected.').waitFor();
+      await screenshot(page, 'machines-compute-unreachable');
+    } finally {
+      away.mockRestore();
+    }
+    await page.getByRole('heading', { name: 'The compute service cannot be reached right now.' }).waitFor({ state: 'detached', timeout: 20_000 });
     // This service has no image: the notice follows its build, and goes when it is ready (the page
     // asks again by itself: a build raises no account event).
     await page.reload();

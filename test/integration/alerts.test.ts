@@ -421,7 +421,7 @@ describe('disk_almost_full (background check over a real guest agent)', () => {
     t = await startTestService();
   });
   afterAll(async () => {
-    t.services.machineHost.detachAll(); // the agent clients stop reconnecting
+    t.services.compute.inProcess!.machineHost.detachAll(); // the agent clients stop reconnecting
     await agent?.stop();
     await t.close();
   });

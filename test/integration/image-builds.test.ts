@@ -39,12 +39,12 @@ describe('derived layer build queue', () => {
     const firstMayFinish = new Promise<void>((resolve) => (release = resolve));
     const builds = new ImageBuilds(new PrismaTransactions(t.services.database.prisma), new ImageStore(t.services.database.prisma), {
       profile: 'minimal',
-      diskMib: () => 704,
+      diskMib: async () => 704,
       async buildLayer(request): Promise<BuiltLayer> {
         requests.push(request);
         request.onLog(`Setting up ${request.packages[0]}\n`);
         if (requests.length === 1) await firstMayFinish;
-        return { disk: '/nowhere/disk.qcow2', packages: request.packages.map((p) => `${p}=1.0-1`), virtualBytes: 2752 * 1024 * 1024 };
+        return { packages: request.packages.map((p) => `${p}=1.0-1`), virtualBytes: 2752 * 1024 * 1024 };
       },
     }, systemClock, { warn() {} });
     const [first, second, third] = [await buildingImage('one'), await buildingImage('two'), await buildingImage('three')];
@@ -71,15 +71,15 @@ describe('derived layer build queue', () => {
     const store = new ImageStore(db);
     const builds = new ImageBuilds(new PrismaTransactions(db), store, {
       profile: 'minimal',
-      diskMib: () => 704,
+      diskMib: async () => 704,
       buildLayer(request): Promise<BuiltLayer> {
         started.push(request.key);
-        if (request.key === 'key-after') return Promise.resolve({ disk: '/nowhere/disk.qcow2', packages: ['after=1'], virtualBytes: 1 });
+        if (request.key === 'key-after') return Promise.resolve({ packages: ['after=1'], virtualBytes: 1 });
         // runs until it is cancelled, as the layer builder does once its builder machine is removed
         return new Promise((_, reject) => request.signal!.addEventListener('abort', () => reject(new Error('the build was cancelled'))));
       },
     }, systemClock, { warn: (object) => warnings.push(object) });
-    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => null, manifest: () => null }, builds, systemClock);
+    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => null, manifest: async () => null }, builds, systemClock);
     const [doomed, after] = [await buildingImage('doomed'), await buildingImage('after')];
     builds.build(doomed);
     builds.build(after);
@@ -103,11 +103,11 @@ describe('derived layer build queue', () => {
     const gates = new Map<string, () => void>();
     const host = {
       profile: 'minimal' as const,
-      diskMib: () => 704,
+      diskMib: async () => 704,
       async buildLayer(request: LayerBuildRequest): Promise<BuiltLayer> {
         started.push(request.key);
         await new Promise<void>((resolve) => gates.set(request.key, resolve));
-        return { disk: '/nowhere/disk.qcow2', packages: request.packages, virtualBytes: 1 };
+        return { packages: request.packages, virtualBytes: 1 };
       },
     };
     const finish = async (key: string) => {
@@ -139,7 +139,7 @@ describe('derived layer build queue', () => {
     const builds = new ImageBuilds(new PrismaTransactions(db), store, host, systemClock, { warn() {} });
     const served = { profile: 'minimal' as const, version: 'v2026.01.01-00000000', artifactKey: 'base-key' };
     const manifest = { packages: [], package_sizes_kib: {}, sizes: { disk_virtual: 704 * 1048576, rootfs_used: 300 * 1048576 } };
-    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => served, manifest: () => manifest as never }, builds, systemClock);
+    const images = new Images(new PrismaTransactions(db), store, { currentImage: () => served, manifest: async () => manifest as never }, builds, systemClock);
     const capped = await createAccount(t);
     const create = (name: string) => images.create(capped.id, name, { components: [{ id: `deb:${name}`, version: 'latest' }] });
 

@@ -262,14 +262,14 @@ describe('platform', () => {
       };
       const currentImage = jest.spyOn(t.services.machineHost, 'currentImage').mockReturnValue(null);
 
-      t.services.machineHost.setBuildState(t.config.imageProfile, { state: 'building', step: '2/7 root filesystem — installing essential packages: packages 30 of 69 unpacked', error: null });
+      t.services.compute.inProcess!.machineHost.setBuildState(t.config.imageProfile, { state: 'building', step: '2/7 root filesystem — installing essential packages: packages 30 of 69 unpacked', error: null });
       expect(await status()).toMatchObject({
         status: 'degraded',
         machines: { available: false, cause: 'image_building', reason: 'The machine image is still being built (step 2/7 root filesystem — installing essential packages: packages 30 of 69 unpacked)', hint: ERRORS.K06.hint },
       });
       expect(await machinesComponent()).toEqual({ status: 'degraded', machines: 'degraded' });
 
-      t.services.machineHost.setBuildState(t.config.imageProfile, { state: 'failed', step: null, error: 'mmdebstrap exited with 1' });
+      t.services.compute.inProcess!.machineHost.setBuildState(t.config.imageProfile, { state: 'failed', step: null, error: 'mmdebstrap exited with 1' });
       expect((await status()).machines).toMatchObject({ available: false, cause: 'image_failed', reason: 'The machine image could not be built: mmdebstrap exited with 1' });
       expect(await machinesComponent()).toEqual({ status: 'degraded', machines: 'outage' });
 

@@ -12,9 +12,11 @@ import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
 import { AgentCallError } from '../../src/compute/agent/errors';
 import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
+import { RemoteImages } from '../../src/compute/remote-images';
+import { LayerBuildCancelled, type LayerBuildRequest } from '../../src/compute/layer-builder';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WorkerClient, WorkerProtocolError, WorkerUnreachableError } from '../../src/compute/worker-client';
+import { WorkerCallError, WorkerClient, WorkerProtocolError, WorkerUnreachableError } from '../../src/compute/worker-client';
 import { signAnswer, signRequest, SIGNATURE_HEADERS } from '../../src/protocol/worker-signature';
 import { readWorkerSecret } from '../../src/worker/worker-secret';
 import { TEST_IMAGE_DIR } from '../support/images';
@@ -129,6 +131,23 @@ describe('the worker process', () => {
     await expect(client.hello()).resolves.toMatchObject({ protocol_version: 1 });
   });
 
+  it('serves its image state and versions\' manifests (null for a version it lacks), and closes a layer build whose start does not fit', async () => {
+    const client = new WorkerClient({ socketPath: socket(), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const images = new RemoteImages(client);
+    const current = await images.refresh('minimal');
+    expect(images.currentImage('minimal')).toEqual(current);
+    expect(['building', 'ready', 'failed']).toContain(images.imageBuildState('minimal').state);
+    expect(await images.imageManifest({ profile: 'minimal', version: 'v1999.01.01-00000000', artifactKey: 'x' })).toBeNull();
+    // A version outside the protocol's alphabet is never asked for.
+    expect(await images.imageManifest({ profile: 'minimal', version: '../etc', artifactKey: 'x' })).toBeNull();
+    const closed = await client.upgrade('/w1/layers/build', 'BuildLayer', (ws) => new Promise<number>((resolve) => {
+      ws.on('close', (code: number) => resolve(code));
+      ws.send(JSON.stringify({ base: { profile: 'minimal', version: 'v1', artifact_key: 'k' }, key: '../../escape', packages: ['hello'], disk_mib: 4096 }));
+    }));
+    expect(await closed).toBe(1008);
+    expect(worker.running).toBe(true);
+  });
+
   it('stops on SIGTERM', async () => {
     worker.signal('SIGTERM');
     expect((await worker.waitExit(30_000)).code).toBe(0);
@@ -197,6 +216,44 @@ describe('a worker that answers what does not fit', () => {
   ])('refuses an answer that is %s', async (_what, answer) => {
     behaviour = answer;
     await expect(client().hello()).rejects.toBeInstanceOf(WorkerProtocolError);
+  });
+
+  const manifest = {
+    version: 'v2026.11.27-0123abcd', profile: 'minimal', description: 'd', created_at: '2026-11-27T00:00:00.000Z', kernel: '6.1.0-1-cloud-amd64',
+    kernel_cmdline: 'root=/dev/vda', packages: ['hello=2.10-3'], sizes: { disk_virtual: 704 * 1048576 }, sha256: { 'disk.qcow2': 'a'.repeat(64) },
+    recipe_hash: 'r', agent: { guest_path: '/usr/local/lib/kiste-agent.js', port: 'org.kiste.agent', sha256: 'b'.repeat(64) },
+    disk: { format: 'qcow2', filesystem: 'ext4', device: '/dev/vda', grows_on_boot: true }, suite: 'bookworm', display: null, release_notes: ['first'],
+  };
+
+  it('takes a manifest that fits, asks for it once, and refuses one that does not fit', async () => {
+    let asked = 0;
+    behaviour = () => (asked++, { status: 200, body: JSON.stringify({ manifest }) });
+    const images = new RemoteImages(client());
+    const image = { profile: 'minimal' as const, version: manifest.version, artifactKey: 'x' };
+    await expect(images.imageManifest(image)).resolves.toMatchObject({ version: manifest.version, packages: ['hello=2.10-3'], release_notes: ['first'] });
+    await expect(images.imageManifest(image)).resolves.toMatchObject({ version: manifest.version });
+    expect(asked).toBe(1); // a version never changes: kept
+    for (const bad of [
+      { ...manifest, shell: 'rm -rf /' },
+      { ...manifest, packages: Array.from({ length: 20_001 }, (_, i) => `p${i}=1`) },
+      { ...manifest, release_notes: ['x'.repeat(2001)] },
+      { ...manifest, sizes: { disk_virtual: -1 } },
+      { ...manifest, version: 'v2026.11.27-ffffffff' }, // another version's
+    ]) {
+      behaviour = () => ({ status: 200, body: JSON.stringify({ manifest: bad }) });
+      await expect(new RemoteImages(client()).imageManifest(image)).rejects.toBeInstanceOf(WorkerProtocolError);
+    }
+  });
+
+  it('keeps the image state it reads, its step without control characters, and refuses a state that does not fit', async () => {
+    behaviour = () => ({ status: 200, body: JSON.stringify({ current: null, build: { state: 'building', step: '3/9 rootfs\u001b[2J — unpacking', error: null } }) });
+    const images = new RemoteImages(client());
+    expect(images.imageBuildState('minimal')).toEqual({ state: 'building', step: null, error: null });
+    await expect(images.refresh('minimal')).resolves.toBeNull();
+    expect(images.imageBuildState('minimal').step).toBe('3/9 rootfs\uFFFD[2J — unpacking');
+    behaviour = () => ({ status: 200, body: JSON.stringify({ current: null, build: { state: 'done', step: null, error: null } }) });
+    await expect(images.refresh('minimal')).rejects.toBeInstanceOf(WorkerProtocolError);
+    expect(images.imageBuildState('minimal').state).toBe('building'); // the last state that fitted
   });
 
   it('refuses an endless answer once it passes the bound, and a silent worker after the timeout', async () => {
@@ -307,6 +364,78 @@ describe('a worker whose streams do not fit', () => {
     const exec = await agent().exec({ argv: ['x'] });
     await expect(exec.exit).resolves.toEqual(exit);
     await expect(closed).resolves.toBe(1000);
+  });
+
+  describe('a layer build', () => {
+    const images = () => new RemoteImages(new WorkerClient({ socketPath: join(dir, 'w.sock'), secret, timeoutMs: 1500 }));
+    const base = { profile: 'minimal' as const, version: 'v2026.11.27-0123abcd', artifactKey: 'base' };
+    function request(signal?: AbortSignal): LayerBuildRequest & { progress: [string, number][]; log: string[] } {
+      const progress: [string, number][] = [];
+      const log: string[] = [];
+      return { base, key: 'f'.repeat(64), packages: ['hello'], diskMib: 2752, signal, progress, log, onProgress: (step, percent) => progress.push([step, percent]), onLog: (text) => log.push(text) };
+    }
+    /** The stand-in's side: what it was asked, then `script` (when the start came). */
+    function builds(script: (ws: WebSocket) => void): { start: Promise<unknown>; closed: Promise<number> } {
+      let start!: (value: unknown) => void;
+      let closed!: (code: number) => void;
+      const seen = { start: new Promise((resolve) => (start = resolve)), closed: new Promise<number>((resolve) => (closed = resolve)) };
+      stream = {
+        signed: true,
+        send: (ws) => {
+          ws.on('close', (code: number) => closed(code));
+          ws.once('message', (data) => {
+            start(JSON.parse(String(data)));
+            script(ws);
+          });
+        },
+      };
+      return seen;
+    }
+
+    it('sends the request, passes progress and log on, and takes the outcome without the layer\'s path (the stand-in is faithful)', async () => {
+      const seen = builds((ws) => {
+        ws.send(JSON.stringify({ type: 'progress', step: 'booting builder', percent: 5 }));
+        ws.send(JSON.stringify({ type: 'log', text: 'Setting up hello\n' }));
+        ws.send(JSON.stringify({ type: 'built', packages: ['hello=2.10-3'], virtual_bytes: 2752 * 1048576 }));
+        ws.close();
+      });
+      const asked = request();
+      await expect(images().buildLayer(asked)).resolves.toEqual({ packages: ['hello=2.10-3'], virtualBytes: 2752 * 1048576 });
+      expect(await seen.start).toEqual({ base: { profile: 'minimal', version: base.version, artifact_key: 'base', layer: null }, key: 'f'.repeat(64), packages: ['hello'], disk_mib: 2752 });
+      expect(asked.progress).toEqual([['booting builder', 5]]);
+      expect(asked.log).toEqual(['Setting up hello\n']);
+    });
+
+    it.each([
+      ['progress past 100 percent', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'progress', step: 'x', percent: 150 }))],
+      ['progress with a field the protocol lacks', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'progress', step: 'x', percent: 5, shell: 'rm -rf /' }))],
+      ['a log piece over its bound', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'log', text: 'x'.repeat(16_385) }))],
+      ['a message that is not JSON', (ws: WebSocket) => ws.send('{"type":')],
+      ['a binary message', (ws: WebSocket) => ws.send(Buffer.from('built'))],
+      ['an outcome with a package name that is no Debian name', (ws: WebSocket) => ws.send(JSON.stringify({ type: 'built', packages: ['$(reboot)=1'], virtual_bytes: 1 }))],
+    ])('fails the build on %s, as a WorkerProtocolError, and closes the stream (the worker gives the build up)', async (_what, send) => {
+      const seen = builds(send);
+      const asked = request();
+      await expect(images().buildLayer(asked)).rejects.toBeInstanceOf(WorkerProtocolError);
+      expect(await seen.closed).toBe(1000);
+      expect(asked.progress).toEqual([]);
+    });
+
+    it('fails with the worker\'s reason, and as a lost link when the stream ends before the outcome', async () => {
+      builds((ws) => ws.send(JSON.stringify({ type: 'failed', message: 'apt-get failed (exit code 100)', cancelled: false })));
+      await expect(images().buildLayer(request())).rejects.toEqual(expect.objectContaining({ constructor: WorkerCallError, message: 'apt-get failed (exit code 100)' }));
+      builds((ws) => ws.terminate());
+      await expect(images().buildLayer(request())).rejects.toBeInstanceOf(WorkerUnreachableError);
+    });
+
+    it('closes the stream when the caller aborts, and rejects as cancelled', async () => {
+      const abort = new AbortController();
+      const seen = builds((ws) => ws.send(JSON.stringify({ type: 'progress', step: 'booting builder', percent: 5 })));
+      const asked = request(abort.signal);
+      asked.onProgress = () => abort.abort();
+      await expect(images().buildLayer(asked)).rejects.toBeInstanceOf(LayerBuildCancelled);
+      expect(await seen.closed).toBe(1000);
+    });
   });
 
   it('a stream the worker closes before the end is a lost link (retryable)', async () => {

@@ -61,7 +61,7 @@ describe('boot snapshots and fork with memory', () => {
     const first = (await create('first')).body;
     const firstFrom = (await runningEvent(first.id)).data.started_from;
     expect(['boot', 'snapshot']).toContain(firstFrom);
-    const snapshot = await t.services.machineHost.makeBootSnapshot(image, shape); // the one it started, or the one there is
+    const snapshot = await t.services.compute.inProcess!.machineHost.makeBootSnapshot(image, shape); // the one it started, or the one there is
     expect(snapshot).not.toBeNull();
 
     // Second create: a copy of the snapshot with its own identity.
@@ -126,9 +126,9 @@ describe('boot snapshots and fork with memory', () => {
     const fourth = (await create('fourth')).body;
     expect((await runningEvent(fourth.id)).data.started_from).toBe('boot');
     expect(await sh(fourth.id, 'hostname')).toBe('fourth');
-    expect(t.services.machineHost.findBootSnapshot(image, shape)).toBeNull(); // dropped; a new one is being made
+    expect(t.services.compute.inProcess!.machineHost.findBootSnapshot(image, shape)).toBeNull(); // dropped; a new one is being made
     // Made again under file names of its own: the disk the earlier copies back onto is left as it was.
-    const remade = await t.services.machineHost.makeBootSnapshot(image, shape);
+    const remade = await t.services.compute.inProcess!.machineHost.makeBootSnapshot(image, shape);
     expect(remade!.disk).not.toBe(snapshot!.disk);
     expect(statSync(snapshot!.disk).ino).toBe(firstDiskInode);
     await sh(second.id, 'echo kept > /root/kept; sync');

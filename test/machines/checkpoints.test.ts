@@ -55,7 +55,7 @@ describe('automatic checkpoints', () => {
     const id = created.body.id as string;
     // The boot snapshot of this configuration may be being made beside it; its template's layers
     // would be counted with keeper's below, so let it finish first.
-    await t.services.machineHost.makeBootSnapshot(t.services.machineHost.currentImage('minimal')!, { vcpu: 1, memoryMib: 512 });
+    await t.services.compute.inProcess!.machineHost.makeBootSnapshot(t.services.machineHost.currentImage('minimal')!, { vcpu: 1, memoryMib: 512 });
 
     expect(await checkpoints()).toBe(0); // the interval has not passed
     clock.advanceSeconds(61);

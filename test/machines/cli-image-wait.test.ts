@@ -58,7 +58,7 @@ describe('kiste create while the image is being built', () => {
 
   beforeEach(() => {
     creates = [];
-    t.services.machineHost.setBuildState('minimal', { state: 'building', step: '3/7 guest agent', error: null });
+    t.services.compute.inProcess!.machineHost.setBuildState('minimal', { state: 'building', step: '3/7 guest agent', error: null });
   });
 
   afterAll(async () => {

@@ -206,13 +206,13 @@ describe('create while the image is not built yet', () => {
     expect(res.headers['retry-after']).toBe('30');
 
     // While the start-up build runs it reports its step (as src/image-preparation.ts does): the message names it.
-    t.services.machineHost.setBuildState('minimal', { state: 'building', step: '2/7 root filesystem', error: null });
+    t.services.compute.inProcess!.machineHost.setBuildState('minimal', { state: 'building', step: '2/7 root filesystem', error: null });
     const building = expectRefusal(await t.api.post('/v1/instances').set(bearer(key)).send(VALID), { status: 503, code: 'K06' });
     expect(building.message).toContain('still being built (step 2/7 root filesystem)');
     expect(building.hint).toBe(ERRORS.K06.hint);
 
     // A failed build says why; a later build may still succeed, so it stays retryable.
-    t.services.machineHost.setBuildState('minimal', { state: 'failed', step: null, error: 'mmdebstrap exited with status 1' });
+    t.services.compute.inProcess!.machineHost.setBuildState('minimal', { state: 'failed', step: null, error: 'mmdebstrap exited with status 1' });
     const failed = expectRefusal(await t.api.post('/v1/instances').set(bearer(key)).send(VALID), { status: 503, code: 'K06' });
     expect(failed.message).toContain('mmdebstrap exited with status 1');
 

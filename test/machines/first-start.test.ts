@@ -1,5 +1,5 @@
 // The first start, the README's way: the service process on an empty data folder (SQLite in it, no
-// images folder yet) with the defaults an operator gets. The host's jail check at start must not
+// images folder yet) with the defaults an operator gets, machines in a local worker included. The host's jail check at start must not
 // depend on folders a later step makes (the images folder appears with the first image build): the
 // service builds its image, and a create succeeds once it is ready, without a restart. Meanwhile
 // GET /v1/status says machines are unavailable and why, /status.json shows the machines component
@@ -60,6 +60,7 @@ describe('first start on an empty data folder', () => {
       KISTE_MACHINE_UID_BASE: String(uidBase), // network rules of its own beside other test files
       KISTE_ACCELERATOR: 'tcg',
       KISTE_BOOT_SNAPSHOTS: 'off', // the create boots cold: one guest, not a second for the snapshot
+      KISTE_COMPUTE: 'worker', // the default (the harness's is in-process): the worker builds the image and runs the machine
     });
     await service.listening();
 

@@ -298,7 +298,7 @@ describe('machine isolation on real guests', () => {
   });
 
   it("leaves a deleted machine's user no access to any layer, also to those a fork still uses", async () => {
-    const host = t.services.machineHost;
+    const host = t.services.compute.inProcess!.machineHost;
     const folders = [t.config.dataDir, TEST_IMAGE_DIR];
     const uidOf = (id: string) => Number(readFileSync(join(t.config.dataDir, 'machines', id, 'jail-user'), 'utf8'));
     // a live fork: iso-b's top freezes under a new top, which its QEMU opens through its view

@@ -11,6 +11,7 @@ import { untilDesktopReady } from '../../src/compute/machine-display';
 import { listQemuProcesses } from '../../src/compute/qemu';
 import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../../src/compute/remote-machines';
+import { RemoteImages } from '../../src/compute/remote-images';
 import { WorkerClient } from '../../src/compute/worker-client';
 import { readWorkerSecret } from '../../src/worker/worker-secret';
 import { ensureDesktopTestImage, TEST_IMAGE_DIR } from '../support/images';
@@ -26,6 +27,8 @@ describe("a machine's screen through kiste-worker", () => {
   let display: QemuMachineDisplay;
   const id = randomUUID();
 
+  let images: RemoteImages;
+
   beforeAll(async () => {
     await ensureDesktopTestImage();
     dataDir = mkdtempSync(join(tmpdir(), 'kiste-worker-display-'));
@@ -36,6 +39,7 @@ describe("a machine's screen through kiste-worker", () => {
     await worker.listening();
     const client = new WorkerClient({ socketPath: join(dataDir, 'worker.sock'), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     machines = new RemoteMachines(client);
+    images = new RemoteImages(client);
     const agents = new RemoteGuestAgents(client);
     display = new QemuMachineDisplay({
       imageDisplay: (machine) => machines.imageDisplay(machine),
@@ -51,7 +55,7 @@ describe("a machine's screen through kiste-worker", () => {
   });
 
   it('shows the desktop: ready, drawn pixels over RFB, a resize; a machine without a screen has none', async () => {
-    const { current } = await machines.imageState('desktop-lite');
+    const current = await images.refresh('desktop-lite');
     expect(current).not.toBeNull();
     await machines.create(id, current!, { vcpu: 2, memoryMib: 1024, diskMib: 2048 }, { hostname: 'screen', authorizedKeys: [] });
     expect(await machines.imageDisplay(id)).toEqual({ width: expect.any(Number), height: expect.any(Number) });

@@ -3,8 +3,11 @@
 // agent runs commands (output at the reader's pace, stdin, signals, cancel), samples metrics and
 // opens TCP streams through the worker; a worker killed with -9 leaves its machine running (its
 // open streams fail as a lost link) and the next worker adopts it; a failed operation comes back
-// as the worker's message, a request that does not fit as 400.
-import { randomUUID } from 'node:crypto';
+// as the worker's message, a request that does not fit as 400. A derived layer is built through
+// the worker's BuildLayer stream (apt from Debian's mirror, as test/machines/image-layers does):
+// progress seen, an abort removes the builder.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { lookup } from 'node:dns/promises';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +16,11 @@ import { AgentCallError } from '../../src/compute/agent/errors';
 import type { ExecStream } from '../../src/compute/agent/exec-stream';
 import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../../src/compute/remote-machines';
+import { RemoteImages } from '../../src/compute/remote-images';
+import { BUILDER_PREFIX, LayerBuildCancelled, type LayerBuildRequest } from '../../src/compute/layer-builder';
+import { layerDiskMib } from '../../src/domain/image-builds';
+import { manifestDiskMib } from '../../images';
+import { classifyAddress } from '../../src/net/special-addresses';
 import { WorkerCallError, WorkerClient } from '../../src/compute/worker-client';
 import { readWorkerSecret } from '../../src/worker/worker-secret';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
@@ -29,11 +37,12 @@ describe('machines through kiste-worker', () => {
   let machines: RemoteMachines;
   let agents: RemoteGuestAgents;
   let client: WorkerClient;
+  let egressAllow = '';
   const id = randomUUID();
 
   async function startWorker(): Promise<void> {
     const worker = new ServiceProcess(
-      { KISTE_DATA_DIR: dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg' },
+      { KISTE_DATA_DIR: dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg', KISTE_MACHINE_EGRESS_ALLOW: egressAllow },
       { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' },
     );
     workers.push(worker);
@@ -44,6 +53,9 @@ describe('machines through kiste-worker', () => {
   }
 
   beforeAll(async () => {
+    // The builder installs from Debian's mirror; where it sits at a special address, it is allowed (as in image-layers).
+    const mirror = (await lookup('deb.debian.org', { family: 4 })).address;
+    egressAllow = classifyAddress(mirror).public ? '' : `${mirror}/32`;
     await ensureTestImage();
     dataDir = mkdtempSync(join(tmpdir(), 'kiste-worker-machines-'));
     await startWorker();
@@ -57,7 +69,7 @@ describe('machines through kiste-worker', () => {
   const qemuOf = (machine: string) => listQemuProcesses().filter((p) => p.machineId === machine).map((p) => p.pid);
 
   it('creates a machine, stops it with its memory, resumes it and reads its console', async () => {
-    const { current } = await machines.imageState('minimal');
+    const current = await new RemoteImages(client).refresh('minimal');
     expect(current).not.toBeNull();
     const created = await machines.create(id, current!, SHAPE, { hostname: 'remote', authorizedKeys: [SSH_KEY] });
     expect(created.hostKeys.length).toBeGreaterThan(0);
@@ -74,6 +86,48 @@ describe('machines through kiste-worker', () => {
     expect(resumed.hostKeys.map((key) => key.publicKey)).toEqual(created.hostKeys.map((key) => key.publicKey));
     expect(await machines.isRunning(id)).toBe(true);
     expect((await machines.consoleTail(id, 50)).length).toBeGreaterThan(0);
+  });
+
+  it('builds a derived layer through the worker with its progress and log; an abort removes the builder', async () => {
+    const images = new RemoteImages(client);
+    const base = await images.refresh('minimal');
+    const manifest = await images.imageManifest(base!);
+    expect(manifest?.version).toBe(base!.version);
+    const keys: string[] = [];
+    const request = (signal?: AbortSignal) => {
+      const progress: string[] = [];
+      const log: string[] = [];
+      const key = randomBytes(32).toString('hex');
+      keys.push(key);
+      const asked: LayerBuildRequest = {
+        base: { ...base!, layer: null }, key, packages: ['hello'], diskMib: layerDiskMib(manifestDiskMib(manifest!)), signal,
+        onProgress: (step) => void progress.push(step),
+        onLog: (text) => void log.push(text),
+      };
+      return { progress, log, request: asked };
+    };
+    const builders = async () => (await machines.knownMachineIds()).filter((machine) => machine.startsWith(BUILDER_PREFIX));
+
+    // Given up once the builder boots: the worker removes it.
+    const abort = new AbortController();
+    const aborted = request(abort.signal);
+    aborted.request.onProgress = (step) => {
+      aborted.progress.push(step);
+      if (step === 'booting builder') setTimeout(() => abort.abort(), 3000);
+    };
+    await expect(images.buildLayer(aborted.request)).rejects.toBeInstanceOf(LayerBuildCancelled);
+    expect(aborted.progress[0]).toBe('booting builder');
+    for (let waited = 0; (await builders()).length > 0 && waited < 60; waited++) await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect(await builders()).toEqual([]);
+
+    // Built whole: the outcome carries the packages as installed and the size, never the layer's path.
+    const built = request();
+    const layer = await images.buildLayer(built.request);
+    expect(layer).toEqual({ packages: [expect.stringMatching(/^hello=\d/)], virtualBytes: built.request.diskMib * 1048576 });
+    expect(built.progress).toEqual(expect.arrayContaining(['booting builder', 'installing packages', 'ready']));
+    expect(built.log.join('')).toContain('Setting up hello');
+    expect(await builders()).toEqual([]);
+    for (const key of keys) rmSync(join(TEST_IMAGE_DIR, base!.version, 'layers', key), { recursive: true, force: true }); // the shared image folder keeps no test layers
   });
 
   it('runs commands through the worker: output, exit, stdin, signals, cancel', async () => {
@@ -146,7 +200,7 @@ describe('machines through kiste-worker', () => {
   });
 
   it('answers a failed operation with its message, and a request that does not fit with 400', async () => {
-    const { current } = await machines.imageState('minimal');
+    const current = await new RemoteImages(client).refresh('minimal');
     const error = await machines.resume(randomUUID(), SHAPE, current!, { hostname: 'ghost', authorizedKeys: [] }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(WorkerCallError);
     expect(error).toMatchObject({ status: 500, code: 'failed' });

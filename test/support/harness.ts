@@ -65,6 +65,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const config = loadConfig({
     KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000',
     KISTE_MACHINE_UID_BASE: String(testUidBase()), // network rules of its own (see support/jail.ts)
+    KISTE_COMPUTE: 'in-process', // these suites reach into the host; test/machines/local-worker.test.ts runs the worker
     ...options.env,
   });
   const logger = options.log
@@ -97,7 +98,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     api,
     databaseUrl: database.url,
     async close() {
-      await services.machineJail.unloadFirewall();
+      await services.compute.inProcess?.machineJail.unloadFirewall();
       await database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

@@ -37,7 +37,8 @@ export class ServiceProcess {
 
   /**
    * `env` is all of the child's KISTE_* configuration (the test process's own are not passed on),
-   * over two defaults: log level info, and the minimal image profile (the service builds its
+   * over three defaults: log level info, machines in-process (KISTE_COMPUTE; the suites that run a
+   * worker say so), and the minimal image profile (the service builds its
    * profile's image at start; the default, desktop, is far too slow a build for tests). Its machine
    * uids (and so its network rules) are its data folder's own unless env names a base.
    */
@@ -51,7 +52,7 @@ export class ServiceProcess {
     this.ownTable = ownBase === null ? null : egressTable(ownBase);
     this.child = spawn(process.execPath, ['--import', 'tsx', program.entry], {
       cwd: ROOT,
-      env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', ...(ownBase === null ? {} : { KISTE_MACHINE_UID_BASE: String(ownBase) }), ...env } as NodeJS.ProcessEnv,
+      env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', KISTE_COMPUTE: 'in-process', ...(ownBase === null ? {} : { KISTE_MACHINE_UID_BASE: String(ownBase) }), ...env } as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });

@@ -15,8 +15,10 @@ export class AgentCallError extends Error {
   constructor(
     readonly code: AgentCallErrorCode,
     message: string,
+    /** What it came from (a worker out of reach: the API answers N01). */
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super(message, options);
     this.name = 'AgentCallError';
   }
 

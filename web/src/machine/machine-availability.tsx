@@ -1,7 +1,7 @@
 // Whether this server can start machines now (GET /v1/status `machines`): a notice on the home and
-// create pages while it cannot, with the reason and what to do. While the image is being built the
-// status is asked again every POLL_MS (a build raises no account event), so the notice follows the
-// build's step and goes away once machines can start.
+// create pages while it cannot, with the reason and what to do. While the image is being built, or
+// the compute worker is being started again, the status is asked again every POLL_MS (neither raises
+// an account event), so the notice follows the build's step and goes away once machines can start.
 import { useEffect } from 'preact/hooks';
 import type { Schemas } from '../api';
 
@@ -13,16 +13,21 @@ const TITLES: Record<NonNullable<Status['machines']['cause']>, string> = {
   image_building: 'New machines can start once the machine image is built.',
   image_failed: 'New machines cannot start: the machine image could not be built.',
   isolation: 'New machines cannot start on this server.',
+  compute_unreachable: 'The compute service cannot be reached right now.',
 };
+
+/** Causes that pass by themselves: the notice asks again until they have. */
+const PASSING: readonly (Status['machines']['cause'])[] = ['image_building', 'compute_unreachable'];
 
 export function MachineAvailabilityNotice({ status }: { status: { data: Status | undefined; reload(): void } }) {
   const machines = status.data?.machines;
   const building = machines?.cause === 'image_building';
+  const passing = Boolean(machines && !machines.available && PASSING.includes(machines.cause));
   useEffect(() => {
-    if (!building) return undefined;
+    if (!passing) return undefined;
     const timer = setInterval(status.reload, POLL_MS);
     return () => clearInterval(timer);
-  }, [building, status.reload]);
+  }, [passing, status.reload]);
   if (!machines || machines.available || !machines.cause) return null;
   return (
     <section class={`notice ${building ? 'info' : 'error'} machine-availability`} role="status" aria-labelledby="machine-availability-heading">
