@@ -124,9 +124,12 @@ export class LocalWorkerCompute implements ServiceCompute {
   }
 }
 
-/** The worker's environment: the process's own without any KISTE_ setting, plus the compute part of the configuration. */
+/** Compute settings read from the environment where they are used (the image builder, the QEMU driver), not from Config. */
+const PASSED_THROUGH = new Set(['KISTE_DEBIAN_MIRROR', 'KISTE_DEBIAN_SECURITY_MIRROR', 'KISTE_QEMU_BINARY', 'KISTE_QEMU_IMG_BINARY']);
+
+/** The worker's environment: the process's own without the KISTE_ settings beyond compute's, plus the compute part of the configuration. */
 export function workerEnvironment(config: Config, accelerator: Accelerator): NodeJS.ProcessEnv {
-  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_') || PASSED_THROUGH.has(name)));
   const compute: Record<string, string | undefined> = {
     KISTE_DATA_DIR: config.dataDir,
     KISTE_IMAGE_DIR: config.imagesDir,

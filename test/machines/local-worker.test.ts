@@ -61,8 +61,8 @@ describe('machines in the local worker', () => {
   it('runs a machine in the worker, which a kill -9 of the worker leaves running and the next worker adopts', async () => {
     expect(service.output).toContain('kiste-worker is up');
     const created = await retryWhileImageNotReady(() =>
-      api().post('/v1/instances').set(auth).send({ name: 'split', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY }));
-    expect(created.status).toBe(201);
+      api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'split', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY }));
+    expect(created.status).toBe(200);
     expect(created.body.status).toBe('running');
     // The machine's QEMU is not a child of the service: it belongs to the worker's jail.
     expect(ours()).toHaveLength(1);
