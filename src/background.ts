@@ -1,5 +1,6 @@
 // Periodic work of a running service: due account deletions, the uptime heartbeat, event retention,
-// instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries. Each job
+// instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries, operations
+// a compute worker left open. Each job
 // runs again only after its previous run finished; stop() waits for running ones. Jobs that claim
 // each piece of work in the database (deliveries, alert e-mail) and the heartbeat run in every
 // control-plane replica; the others only where the leadership is held (src/db/leader-lock.ts).
@@ -55,6 +56,11 @@ export class BackgroundJobs {
   }
 }
 
+function finishOpenOperations(services: Services): Promise<void> {
+  if (!services.machineHost.reachable()) return Promise.resolve(); // its return reconciles
+  return services.instances.reconcile({ cleanUp: false, onlyOpen: true });
+}
+
 export function serviceJobs(services: Services, logger: Logger, leadership: Leadership = SOLE_PROCESS): BackgroundJobs {
   return new BackgroundJobs(
     [
@@ -70,6 +76,8 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'alert-email', everyMs: 5_000, run: () => services.alerts.outbox.run(), everyReplica: true },
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
+      // An operation a worker's timeout or end left open, when no return of the worker finished it.
+      ...(services.compute.kind === 'worker' ? [{ name: 'open-operations', everyMs: 60_000, run: () => finishOpenOperations(services) }] : []),
     ],
     logger,
     leadership,

@@ -12,6 +12,7 @@ import { serveWebSockets } from './http/websocket';
 import { createApp } from './http/app';
 import { createServices, Services } from './services';
 import { probeAccelerator } from './compute/qemu';
+import { cameFromUnreachableHost, HostUnreachableError } from './compute/machine-host';
 import { prepareImage } from './image-preparation';
 import { listenForMetrics } from './observability/metrics-listener';
 import { createServiceLogger } from './service-log';
@@ -30,19 +31,23 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
-  // Compute first: a local worker is started and answers before machines are reconciled (the image
-  // already on disk is known then, so a start cut short by the last exit can finish).
-  const computeUp = await services.compute.start(config.imageProfile);
-  if (computeUp) {
-    await logJail(services, config, logger);
-    await services.instances.reconcile();
-  } else {
-    logger.error({}, 'the compute worker is not up yet: calls that need it answer 503 N01 until it is; machines are adopted then');
-  }
-  // A worker back after it could not be reached: its machines are adopted and what it cut short is finished.
+  // A worker back after it could not be reached: its machines are adopted and what it cut short is
+  // finished (listened to before the start, so a worker that ends during the first pass is not missed).
   services.compute.onBack(() => {
     void services.instances.reconcile({ cleanUp: false }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
   });
+  // Compute first: a local worker is started and answers before machines are reconciled (the image
+  // already on disk is known then, so a start cut short by the last exit can finish). A worker that
+  // fails meanwhile never keeps the API from starting: its return reconciles.
+  const computeUp = await services.compute.start(config.imageProfile);
+  try {
+    if (!computeUp) throw new HostUnreachableError('the compute worker did not start');
+    await logJail(services, config, logger);
+    await services.instances.reconcile();
+  } catch (error) {
+    if (!cameFromUnreachableHost(error)) throw error;
+    logger.error({ err: error }, 'the compute worker is not up: calls that need it answer 503 N01 until it is; machines are adopted then');
+  }
   const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
   if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
   if (services.compute.inProcess) void prepareImage(services, config, logger); // a worker prepares its own

@@ -124,12 +124,21 @@ export class LocalWorkerCompute implements ServiceCompute {
   }
 }
 
-/** Compute settings read from the environment where they are used (the image builder, the QEMU driver), not from Config. */
-const PASSED_THROUGH = new Set(['KISTE_DEBIAN_MIRROR', 'KISTE_DEBIAN_SECURITY_MIRROR', 'KISTE_QEMU_BINARY', 'KISTE_QEMU_IMG_BINARY']);
+/**
+ * What the worker takes from the service's own environment: the process basics, the proxy the image
+ * build's downloads go through, and compute settings read where they are used (the image builder,
+ * the QEMU driver), not from Config. Nothing else: an operator's environment may hold credentials
+ * (PGPASSWORD, cloud keys) a worker has no use for.
+ */
+const PASSED_THROUGH = new Set([
+  'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LANGUAGE', 'TZ', 'TMPDIR', 'TERM', 'NO_COLOR', 'FORCE_COLOR', 'NODE_ENV', 'npm_package_version',
+  'http_proxy', 'https_proxy', 'no_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY',
+  'KISTE_DEBIAN_MIRROR', 'KISTE_DEBIAN_SECURITY_MIRROR', 'KISTE_QEMU_BINARY', 'KISTE_QEMU_IMG_BINARY',
+]);
 
-/** The worker's environment: the process's own without the KISTE_ settings beyond compute's, plus the compute part of the configuration. */
+/** The worker's environment: what PASSED_THROUGH names of the service's, plus the compute part of its configuration. */
 export function workerEnvironment(config: Config, accelerator: Accelerator): NodeJS.ProcessEnv {
-  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_') || PASSED_THROUGH.has(name)));
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => PASSED_THROUGH.has(name) || name.startsWith('LC_')));
   const compute: Record<string, string | undefined> = {
     KISTE_DATA_DIR: config.dataDir,
     KISTE_IMAGE_DIR: config.imagesDir,

@@ -335,7 +335,12 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /** After a service restart: reconnects, and settles a new top layer the last run was putting on. */
-  async adopt(id: string): Promise<boolean> {
+  /** One at a time with the machine's other operations: a worker adopts while the control plane may start or stop it. */
+  adopt(id: string): Promise<boolean> {
+    return this.exclusive(id, () => this.adoptNow(id));
+  }
+
+  private async adoptNow(id: string): Promise<boolean> {
     const machine = await this.settleStart(id, await this.machine(id));
     const state = this.layers.readState(this.machineDir(id));
     if (state) {

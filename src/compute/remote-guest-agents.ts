@@ -18,7 +18,7 @@ import { runToEnd, type RunResult } from './agent/run-to-end';
 import type { GuestAgent } from './guest-agent';
 import type { GuestAgents } from './machine-host';
 import { machinePath, wire } from './worker-wire';
-import { WorkerCallError, WorkerProtocolError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
+import { WorkerCallError, WorkerProtocolError, WorkerTimeoutError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
 
 type Wire = components['schemas'];
 
@@ -255,6 +255,7 @@ async function agentCall<T>(call: () => Promise<T>): Promise<T> {
       throw new AgentCallError(error.agentCode ?? (error.status === 404 ? 'no_such_channel' : 'internal'), error.message);
     }
     if (error instanceof WorkerUnreachableError) throw new AgentCallError('disconnected', error.message, { cause: error });
+    if (error instanceof WorkerTimeoutError) throw new AgentCallError('timeout', error.message);
     if (error instanceof WorkerProtocolError) throw new AgentCallError('bad_response', error.message);
     throw error;
   }

@@ -12,7 +12,7 @@ import { bufferOf } from '../net/websocket';
 import { peerText } from '../protocol/peer-input';
 import { LayerBuildCancelled, type BuiltLayer, type LayerBuildRequest } from './layer-builder';
 import type { HostImage, HostImages, ImageBuildState, ImageProfile } from './machine-host';
-import { WorkerCallError, WorkerProtocolError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
+import { WorkerCallError, WorkerProtocolError, WorkerTimeoutError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
 import { fromWire, wire } from './worker-wire';
 
 type Wire = components['schemas'];
@@ -112,7 +112,7 @@ function followBuild(ws: WebSocket, start: Wire['LayerBuildStart'], request: Lay
     const giveUp = () => settle(() => reject(new LayerBuildCancelled()));
     const deadline = setTimeout(() => {
       ws.terminate();
-      settle(() => reject(new WorkerUnreachableError(`BuildLayer: no outcome within ${LAYER_BUILD_MS / 60_000} minutes`)));
+      settle(() => reject(new WorkerTimeoutError(`BuildLayer: no outcome within ${LAYER_BUILD_MS / 60_000} minutes`)));
     }, LAYER_BUILD_MS);
     request.signal?.addEventListener('abort', giveUp, { once: true });
     ws.on('error', () => undefined);

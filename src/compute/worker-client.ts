@@ -19,6 +19,12 @@ export type WorkerChecks = components['schemas']['WorkerChecks'];
 
 /** The worker cannot be reached (N01 for the API). */
 export class WorkerUnreachableError extends HostUnreachableError {}
+/**
+ * The worker took the connection but gave no whole answer in time: not a worker that is away (it
+ * still answers its supervisor), so the operation fails as any other would instead of waiting for
+ * a return that never comes.
+ */
+export class WorkerTimeoutError extends Error {}
 export class WorkerProtocolError extends Error {}
 /** The worker answered, validly, with an error of the protocol (`agentCode`: how a guest agent call failed). */
 export class WorkerCallError extends Error {
@@ -86,7 +92,7 @@ export class WorkerClient {
       // A deadline for the whole upgrade and any refusal's body, not only for silence.
       const deadline = setTimeout(() => {
         ws.terminate();
-        rejectUpgrade(new WorkerUnreachableError(`GET ${path}: no whole answer within ${deadlineMs} ms`));
+        rejectUpgrade(new WorkerTimeoutError(`GET ${path}: no whole answer from the worker within ${deadlineMs} ms`));
       }, deadlineMs);
       const resolve = (value: T) => (clearTimeout(deadline), resolveUpgrade(value));
       const reject = (error: unknown) => (clearTimeout(deadline), rejectUpgrade(error));
@@ -109,7 +115,7 @@ export class WorkerClient {
           .catch(reject)
           .finally(() => req.destroy());
       });
-      ws.once('error', (error) => reject(new WorkerUnreachableError(`GET ${path}: the worker cannot be reached (${error.message})`)));
+      ws.once('error', (error) => reject(new WorkerUnreachableError(`GET ${path}: the worker cannot be reached (${errorCode(error)})`)));
     });
   }
 
@@ -141,9 +147,16 @@ export class WorkerClient {
         readBounded(res, `${method} ${path}`).then((answer) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: answer }), reject);
       });
       // A deadline for the whole answer, not only for silence: a worker that trickles bytes ends too.
-      const deadline = setTimeout(() => req.destroy(new Error(`no whole answer within ${timeoutMs} ms`)), timeoutMs);
+      let late = false;
+      const deadline = setTimeout(() => {
+        late = true;
+        req.destroy();
+        reject(new WorkerTimeoutError(`${method} ${path}: no whole answer from the worker within ${timeoutMs} ms`));
+      }, timeoutMs);
       req.on('close', () => clearTimeout(deadline));
-      req.on('error', (error) => reject(new WorkerUnreachableError(`${method} ${path}: the worker cannot be reached (${error.message})`)));
+      req.on('error', (error) => {
+        if (!late) reject(new WorkerUnreachableError(`${method} ${path}: the worker cannot be reached (${errorCode(error)})`));
+      });
       req.end(body);
     });
   }
@@ -151,6 +164,11 @@ export class WorkerClient {
 
 /** What the control plane's compute parts call: a worker's client, or the supervised local worker's. */
 export type WorkerCalls = Pick<WorkerClient, 'call' | 'upgrade' | 'reachable'>;
+
+/** How a connection failed, without Node's message (it names the socket's path, which API users must not see). */
+function errorCode(error: Error): string {
+  return (error as NodeJS.ErrnoException).code ?? 'connection failed';
+}
 
 /** An answer's body, at most MAX_ANSWER_BYTES. */
 function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {
@@ -165,6 +183,6 @@ function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {
       } else chunks.push(chunk);
     });
     res.on('end', () => resolve(Buffer.concat(chunks)));
-    res.on('error', (error) => reject(new WorkerUnreachableError(`${what}: ${error.message}`)));
+    res.on('error', (error) => reject(new WorkerUnreachableError(`${what}: the answer broke off (${errorCode(error)})`)));
   });
 }

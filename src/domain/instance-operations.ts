@@ -10,7 +10,8 @@ import type { Instance, InstanceStore, InstanceUpdate } from '../store/instances
 import type { Clock } from './clock';
 import type { Transactions } from './transactions';
 
-export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete';
+/** `reconcile`: the reconciler makes a row true again (a machine adopted, or found ended). */
+export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete' | 'reconcile';
 
 export interface OperationOutcome {
   /** Row changes at the end (status, session, versions…). */
@@ -47,6 +48,12 @@ export class InstanceOperations {
       throw new KisteError('K05', { message: `Instance ${instance.name} is busy with ${instance.operation ?? 'another operation'}` });
     }
     return this.store.update(instance.id, transitional);
+  }
+
+  /** Claims the instance for `operation` unless something holds it (then null); its state is unchanged. */
+  async claimIfFree(instance: Instance, operation: LifecycleOperation): Promise<Instance | null> {
+    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now()))) return null;
+    return this.store.findById(instance.id);
   }
 
   /**

@@ -69,12 +69,27 @@ export interface LifecycleAnswer {
 /** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, capacity, a ready image). */
 type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
 
+/** Longer than any machine operation may take on a worker (its own deadline is 15 minutes). */
+const OPEN_OPERATION_STALE_MS = 30 * 60_000;
+
+export interface ReconcileOptions {
+  /** Also remove what no record owns (machines, layers): only at start, before the API serves. */
+  cleanUp: boolean;
+  /**
+   * Only rows whose operation has been open for longer than any runs (OPEN_OPERATION_STALE_MS): the
+   * periodic pass that finishes what a worker's end cut short when no return of it did. Another
+   * replica's operation is never that old.
+   */
+  onlyOpen?: boolean;
+}
+
 export class Instances {
   readonly operations: InstanceOperations;
   readonly checkpoints: InstanceCheckpoints;
   /** Whether machines can start now, and why not (also for GET /v1/status and /status.json). */
   readonly availability: MachineAvailabilityCheck;
   private reconciling: Promise<void> | null = null;
+  private queuedPass: Promise<void> | null = null;
 
   constructor(
     private readonly transactions: Transactions,
@@ -316,24 +331,39 @@ export class Instances {
    * process runs are left to it. A host that cannot be reached ends the pass (nothing is rolled
    * back for it); one pass runs at a time.
    */
-  reconcile(options: { cleanUp: boolean } = { cleanUp: true }): Promise<void> {
-    if (this.reconciling) return this.reconciling;
-    this.reconciling = this.reconcileOnce(options.cleanUp).finally(() => {
+  reconcile(options: ReconcileOptions = { cleanUp: true }): Promise<void> {
+    if (this.reconciling) {
+      // The pass under way may have gone past rows this call is about (a worker that came back
+      // again meanwhile): one more pass follows it.
+      this.queuedPass ??= this.reconciling.catch(() => undefined).then(() => {
+        this.queuedPass = null;
+        return this.reconcile(options);
+      });
+      return this.queuedPass;
+    }
+    this.reconciling = this.reconcileOnce(options).finally(() => {
       this.reconciling = null;
     });
     return this.reconciling;
   }
 
-  private async reconcileOnce(cleanUp: boolean): Promise<void> {
-    const rows = (await this.stores.instances.all()).filter((row) => !this.operations.isRunning(row.id));
+  private async reconcileOnce({ cleanUp, onlyOpen = false }: ReconcileOptions): Promise<void> {
+    const staleBefore = this.clock.now().getTime() - OPEN_OPERATION_STALE_MS;
+    const left = (row: Instance) => row.operation !== null && (row.operationStartedAt?.getTime() ?? 0) < staleBefore;
+    const listed = (await this.stores.instances.all()).filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || left(row)));
     const afterCleanUp: (() => void)[] = [];
-    for (const row of rows) {
-      const alive = await this.host.adopt(row.id).catch((error: unknown) => {
+    for (const { id } of listed) {
+      if (this.operations.isRunning(id)) continue;
+      const alive = await this.host.adopt(id).catch((error: unknown) => {
         if (cameFromUnreachableHost(error)) throw error;
         return false;
       });
+      // Read again: while a worker comes back the API serves, and a request of this process may
+      // have taken the machine meanwhile; it is then that request's.
+      const row = await this.stores.instances.findById(id);
+      if (!row || this.operations.isRunning(id)) continue;
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
-        await this.operations.run(row, async () => {
+        await this.takeOver(row, async () => {
           await this.host.destroy(row.id);
           return { update: {}, event: { type: 'instance.deleted' }, deleted: true };
         });
@@ -342,7 +372,7 @@ export class Instances {
       if (alive && (row.operation === 'stop' || row.operation === 'expire')) {
         // The stop the caller asked for is finished, not undone: a session whose save had completed is kept.
         const keepSession = row.operation === 'expire' || (await this.host.hasSession(row.id));
-        await this.operations.run(row, () => this.stopOutcome(row, keepSession));
+        await this.takeOver(row, () => this.stopOutcome(row, keepSession));
         continue;
       }
       const madeAgain = row.operation === 'create' || row.operation === 'fork';
@@ -356,7 +386,7 @@ export class Instances {
       }
       if (row.operation || (row.status === 'running') !== alive) {
         const sessionSaved = !alive && (await this.host.hasSession(row.id));
-        await this.operations.run(row, async () =>
+        await this.takeOver(row, async () =>
           alive
             ? { update: { status: 'running', desiredState: 'running' }, event: row.status === 'running' ? null : { type: 'instance.running', data: { adopted: true } } }
             : row.operation === 'create' || row.operation === 'fork'
@@ -370,6 +400,20 @@ export class Instances {
       await this.host.removeUnusedLayers();
     }
     for (const finish of afterCleanUp) finish();
+  }
+
+  /**
+   * Runs the reconciler's work on a row: an open operation is its to finish (no request holds it:
+   * a new one gets K05); a row without one is claimed first, so that a request arriving meanwhile
+   * and the reconciler never act on one machine at once (whoever claims second leaves it).
+   */
+  private async takeOver(row: Instance, work: () => Promise<OperationOutcome>): Promise<void> {
+    if (row.operation) {
+      await this.operations.run(row, work);
+      return;
+    }
+    const claimed = await this.operations.claimIfFree(row, 'reconcile');
+    if (claimed) await this.operations.run(claimed, work);
   }
 
   /** The work that finishes a start the service died in, or null when it is not one. */
@@ -507,6 +551,8 @@ export class Instances {
 
   private startedOrFailed(final: Instance | null): Instance {
     if (!final) throw new KisteError('K01');
+    // Cut short by a worker that went away: the reconciler makes it once the worker is back.
+    if (final.operation !== null) throw new KisteError('N01', { message: `Instance ${final.name} is being made; the compute worker went away meanwhile and it is finished once the worker is back` });
     if (final.status !== 'running') throw new KisteError('K08', { message: `Instance ${final.name} could not be started: ${final.errorMessage ?? 'unknown error'}` });
     return final;
   }

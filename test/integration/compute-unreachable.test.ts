@@ -121,4 +121,47 @@ describe('while the compute worker cannot be reached', () => {
     const after = (await t.services.database.prisma.instance.findUnique({ where: { id: row.id } }))!;
     expect({ status: after.status, operation: after.operation }).toEqual({ status: 'running', operation: null });
   });
+
+  it('a pass while the API serves leaves a machine a request took meanwhile to that request', async () => {
+    const account = await createAccount(t);
+    const auth = bearer(await cliTokenFor(t, account));
+    const first = await insertInstance(t, account, 'adopted-first', 'running');
+    const taken = await insertInstance(t, account, 'taken-meanwhile', 'running');
+    const ended = await insertInstance(t, account, 'ended-meanwhile', 'running');
+    const host = t.services.machineHost;
+    let finishStop!: (value: { sessionSaved: boolean }) => void;
+    const stop = jest.spyOn(host, 'stop').mockImplementation(() => new Promise((resolve) => (finishStop = resolve)));
+    let stopAnswer: Promise<unknown> | undefined;
+    jest.spyOn(host, 'hasSession').mockResolvedValue(false);
+    jest.spyOn(host, 'adopt').mockImplementation(async (id) => {
+      if (id === taken.id) {
+        // While the pass looks for the machine on the worker, its owner stops it through the API.
+        stopAnswer = t.api.post('/v1/instances/taken-meanwhile/stop').set(auth).send({}).then((res) => res.status);
+        for (let i = 0; i < 200 && !t.services.instances.operations.isRunning(taken.id); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(t.services.instances.operations.isRunning(taken.id)).toBe(true);
+      }
+      return id === first.id; // the stop under way may have ended its QEMU already
+    });
+    const ours = [first.id, taken.id, ended.id];
+    const pass = t.services.instances.reconcile({ cleanUp: false });
+    await pass;
+    // The stop is still the request's: the pass neither finished nor undid it.
+    const during = (await t.services.database.prisma.instance.findUnique({ where: { id: taken.id } }))!;
+    expect({ operation: during.operation, status: during.status }).toEqual({ operation: 'stop', status: 'stopping' });
+    finishStop({ sessionSaved: false });
+    expect(await stopAnswer).toBe(200);
+    expect(stop).toHaveBeenCalledTimes(1);
+    const rows = await t.services.database.prisma.instance.findMany({ where: { id: { in: ours } } });
+    const byName = Object.fromEntries(rows.map((row) => [row.name, { status: row.status, operation: row.operation }]));
+    expect(byName).toEqual({
+      'adopted-first': { status: 'running', operation: null },
+      'taken-meanwhile': { status: 'stopped', operation: null },
+      // A machine found ended is claimed before it is written stopped, and let go after.
+      'ended-meanwhile': { status: 'stopped', operation: null },
+    });
+    const stopped = (await t.api.get('/v1/events').set(auth).expect(200)).body.data
+      .filter((event: { type: string }) => event.type === 'instance.stopped')
+      .map((event: { data: { name: string; reason?: string } }) => `${event.data.name}${event.data.reason ? ` (${event.data.reason})` : ''}`);
+    expect(stopped.sort()).toEqual(['ended-meanwhile (service_restart)', 'taken-meanwhile']);
+  });
 });

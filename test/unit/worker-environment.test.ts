@@ -24,7 +24,7 @@ describe('the local worker environment', () => {
   });
 
   it('carries the compute settings and none of the control plane secrets', () => {
-    Object.assign(process.env, SECRETS, { KISTE_DEBIAN_MIRROR: 'http://mirror.example.com/debian', KISTE_QEMU_BINARY: '/opt/qemu/bin/qemu-system-x86_64', PATH: '/usr/bin:/bin' });
+    Object.assign(process.env, SECRETS, { PGPASSWORD: 'pg-password-value', AWS_SECRET_ACCESS_KEY: 'aws-secret-value', KISTE_DEBIAN_MIRROR: 'http://mirror.example.com/debian', KISTE_QEMU_BINARY: '/opt/qemu/bin/qemu-system-x86_64', PATH: '/usr/bin:/bin' });
     const config = loadConfig({
       ...SECRETS,
       KISTE_DATA_DIR: '/srv/kiste', KISTE_IMAGE_PROFILE: 'minimal', KISTE_BOOT_SNAPSHOTS: 'off', KISTE_MACHINE_EGRESS_ALLOW: '10.20.0.0/16,2001:db8::/32',
@@ -41,7 +41,7 @@ describe('the local worker environment', () => {
     expect(loadConfig(env).machineEgress).toEqual(config.machineEgress);
     for (const name of Object.keys(SECRETS)) expect(env).not.toHaveProperty(name);
     const values = Object.values(env).join('\n');
-    for (const secret of ['database-password', 'installation-secret-key-value', 'relay-password', 'turn-shared-secret-value', 'admin-password-value', 'metrics-token-value-long']) {
+    for (const secret of ['pg-password-value', 'aws-secret-value', 'database-password', 'installation-secret-key-value', 'relay-password', 'turn-shared-secret-value', 'admin-password-value', 'metrics-token-value-long']) {
       expect(values).not.toContain(secret);
     }
   });
