@@ -15,6 +15,8 @@ import { generateInstanceName } from './instance-names';
 import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationObserver, OperationOutcome } from './instance-operations';
 import { MachineAvailabilityCheck } from './machine-availability';
+import { InstanceReconciler, type ReconcileOptions } from './instance-reconciler';
+import { forkInputOf, type ForkInput, type StopInput } from './operation-input';
 import type { Limits } from './limits';
 import type { EnvironmentSetup } from './environment-setup';
 import type { Environments } from './environments';
@@ -69,27 +71,12 @@ export interface LifecycleAnswer {
 /** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, capacity, a ready image). */
 type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
 
-/** Longer than any machine operation may take on a worker (its own deadline is 15 minutes). */
-const OPEN_OPERATION_STALE_MS = 30 * 60_000;
-
-export interface ReconcileOptions {
-  /** Also remove what no record owns (machines, layers): only at start, before the API serves. */
-  cleanUp: boolean;
-  /**
-   * Only rows whose operation has been open for longer than any runs (OPEN_OPERATION_STALE_MS): the
-   * periodic pass that finishes what a worker's end cut short when no return of it did. Another
-   * replica's operation is never that old.
-   */
-  onlyOpen?: boolean;
-}
-
 export class Instances {
   readonly operations: InstanceOperations;
   readonly checkpoints: InstanceCheckpoints;
   /** Whether machines can start now, and why not (also for GET /v1/status and /status.json). */
   readonly availability: MachineAvailabilityCheck;
-  private reconciling: Promise<void> | null = null;
-  private queuedPass: Promise<void> | null = null;
+  private readonly reconciler: InstanceReconciler;
 
   constructor(
     private readonly transactions: Transactions,
@@ -105,6 +92,11 @@ export class Instances {
     this.operations = new InstanceOperations(transactions, stores.instances, clock, logger, observer);
     this.checkpoints = new InstanceCheckpoints(transactions, stores.instances, host, clock, logger);
     this.availability = new MachineAvailabilityCheck(host, settings.imageProfile);
+    this.reconciler = new InstanceReconciler(stores.instances, this.operations, host, clock, {
+      interruptedWork: (row) => this.interruptedWork(row),
+      stopOutcome: (row, saveSession) => this.stopOutcome(row, saveSession),
+      startableImage: () => this.startableImage(),
+    });
   }
 
   list(accountId: string): Promise<Instance[]> {
@@ -203,7 +195,9 @@ export class Instances {
   async stop(accountId: string, name: string, saveSession: boolean): Promise<LifecycleAnswer> {
     const instance = await this.get(accountId, name);
     if (instance.status === 'stopped' && !instance.operation) return { instance, finished: true };
-    return this.lifecycle(instance, 'stop', { status: 'stopping', desiredState: 'stopped' }, () => this.stopOutcome(instance, saveSession));
+    // The wish to save the memory goes with the claim: a stop finished by the reconciler keeps it.
+    const operationInput = { save_session: saveSession } satisfies StopInput;
+    return this.lifecycle(instance, 'stop', { status: 'stopping', desiredState: 'stopped', operationInput }, () => this.stopOutcome(instance, saveSession));
   }
 
   async resume(accountId: string, name: string): Promise<LifecycleAnswer> {
@@ -316,104 +310,9 @@ export class Instances {
     return stopped;
   }
 
-  /**
-   * At start: makes the rows true again after the service died. Running machines are adopted; an
-   * operation cut short is finished as the caller asked (stop, delete; restart, resume and upgrade
-   * boot the machine again; a create on the universal image and a fork are made again from the
-   * start, also when their QEMU still runs, since its identity may be half made) or, where it
-   * cannot be, rolled back to what the host really has. Machine files no row knows are removed (no
-   * orphans), and only then does the finishing work start, in the background: a fork needs its
-   * source adopted, and the collection of unused layers must not see the layers it is making.
-   *
-   * Again, without the clean-up (`cleanUp: false`: the API is serving then, and a machine being
-   * made must not look like a stray), whenever the host comes back after it could not be reached:
-   * operations it cut short are open and finished the same way. Instances with an operation this
-   * process runs are left to it. A host that cannot be reached ends the pass (nothing is rolled
-   * back for it); one pass runs at a time.
-   */
-  reconcile(options: ReconcileOptions = { cleanUp: true }): Promise<void> {
-    if (this.reconciling) {
-      // The pass under way may have gone past rows this call is about (a worker that came back
-      // again meanwhile): one more pass follows it.
-      this.queuedPass ??= this.reconciling.catch(() => undefined).then(() => {
-        this.queuedPass = null;
-        return this.reconcile(options);
-      });
-      return this.queuedPass;
-    }
-    this.reconciling = this.reconcileOnce(options).finally(() => {
-      this.reconciling = null;
-    });
-    return this.reconciling;
-  }
-
-  private async reconcileOnce({ cleanUp, onlyOpen = false }: ReconcileOptions): Promise<void> {
-    const staleBefore = this.clock.now().getTime() - OPEN_OPERATION_STALE_MS;
-    const left = (row: Instance) => row.operation !== null && (row.operationStartedAt?.getTime() ?? 0) < staleBefore;
-    const listed = (await this.stores.instances.all()).filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || left(row)));
-    const afterCleanUp: (() => void)[] = [];
-    for (const { id } of listed) {
-      if (this.operations.isRunning(id)) continue;
-      const alive = await this.host.adopt(id).catch((error: unknown) => {
-        if (cameFromUnreachableHost(error)) throw error;
-        return false;
-      });
-      // Read again: while a worker comes back the API serves, and a request of this process may
-      // have taken the machine meanwhile; it is then that request's.
-      const row = await this.stores.instances.findById(id);
-      if (!row || this.operations.isRunning(id)) continue;
-      if (row.operation === 'delete' || row.desiredState === 'deleted') {
-        await this.takeOver(row, async () => {
-          await this.host.destroy(row.id);
-          return { update: {}, event: { type: 'instance.deleted' }, deleted: true };
-        });
-        continue;
-      }
-      if (alive && (row.operation === 'stop' || row.operation === 'expire')) {
-        // The stop the caller asked for is finished, not undone: a session whose save had completed is kept.
-        const keepSession = row.operation === 'expire' || (await this.host.hasSession(row.id));
-        await this.takeOver(row, () => this.stopOutcome(row, keepSession));
-        continue;
-      }
-      const madeAgain = row.operation === 'create' || row.operation === 'fork';
-      const finishWork = row.desiredState === 'running' && (!alive || madeAgain) ? this.interruptedWork(row) : null;
-      if (finishWork) {
-        const image = await this.startableImage().catch(() => null); // none ready: rolled back below
-        if (image) {
-          afterCleanUp.push(() => void this.operations.run(row, () => finishWork(image)));
-          continue;
-        }
-      }
-      if (row.operation || (row.status === 'running') !== alive) {
-        const sessionSaved = !alive && (await this.host.hasSession(row.id));
-        await this.takeOver(row, async () =>
-          alive
-            ? { update: { status: 'running', desiredState: 'running' }, event: row.status === 'running' ? null : { type: 'instance.running', data: { adopted: true } } }
-            : row.operation === 'create' || row.operation === 'fork'
-              ? { update: { status: 'error', errorMessage: 'interrupted by a service restart' }, event: { type: 'instance.error', data: { message: 'interrupted by a service restart' } } }
-              : { update: { status: 'stopped', desiredState: 'stopped', sessionSaved }, event: { type: 'instance.stopped', data: { session_saved: sessionSaved, reason: 'service_restart' } } },
-        );
-      }
-    }
-    if (cleanUp) {
-      await this.host.removeStrays((await this.stores.instances.all()).map((row) => row.id)); // no machine runs that no record owns
-      await this.host.removeUnusedLayers();
-    }
-    for (const finish of afterCleanUp) finish();
-  }
-
-  /**
-   * Runs the reconciler's work on a row: an open operation is its to finish (no request holds it:
-   * a new one gets K05); a row without one is claimed first, so that a request arriving meanwhile
-   * and the reconciler never act on one machine at once (whoever claims second leaves it).
-   */
-  private async takeOver(row: Instance, work: () => Promise<OperationOutcome>): Promise<void> {
-    if (row.operation) {
-      await this.operations.run(row, work);
-      return;
-    }
-    const claimed = await this.operations.claimIfFree(row, 'reconcile');
-    if (claimed) await this.operations.run(claimed, work);
+  /** Makes the rows true again (InstanceReconciler): at start, and when the machines' host is back. */
+  reconcile(options?: ReconcileOptions): Promise<void> {
+    return this.reconciler.reconcile(options);
   }
 
   /** The work that finishes a start the service died in, or null when it is not one. */
@@ -577,18 +476,6 @@ function runningOutcome(started: StartedMachine, booted: { image: HostImage; hos
     },
     event: { type: 'instance.running', data },
   };
-}
-
-/** What a fork records to be made again after a crash (Instance.operationInput). */
-interface ForkInput {
-  source_id: string;
-  memory: boolean;
-}
-
-function forkInputOf(value: unknown): ForkInput | null {
-  if (typeof value !== 'object' || value === null) return null;
-  const { source_id: sourceId, memory } = value as Record<string, unknown>;
-  return typeof sourceId === 'string' && typeof memory === 'boolean' ? { source_id: sourceId, memory } : null;
 }
 
 /** A copy of the memory runs the kernel and devices the source runs; a fresh boot takes the newest image. */

@@ -112,6 +112,24 @@ describe('while the compute worker cannot be reached', () => {
     expect(events).not.toContain('instance.error');
   });
 
+  it('finishes a stop that asked for the memory with the memory saved', async () => {
+    const account = await createAccount(t);
+    const auth = bearer(await cliTokenFor(t, account));
+    const row = await insertInstance(t, account, 'saved-later', 'running');
+    const host = t.services.machineHost;
+    const stop = jest.spyOn(host, 'stop').mockRejectedValue(away());
+    await t.api.post('/v1/instances/saved-later/stop').set(auth).send({ snapshot: true }).expect(202);
+    // Its session was not saved before the worker went: only the caller's wish says to save it.
+    stop.mockResolvedValue({ sessionSaved: true });
+    jest.spyOn(host, 'adopt').mockImplementation(async (id) => id === row.id);
+    jest.spyOn(host, 'hasSession').mockResolvedValue(false);
+    await t.services.instances.reconcile({ cleanUp: false });
+    expect(stop).toHaveBeenLastCalledWith(row.id, { saveSession: true });
+    const done = (await t.services.database.prisma.instance.findUnique({ where: { id: row.id } }))!;
+    expect({ status: done.status, sessionSaved: done.sessionSaved, operation: done.operation, operationInput: done.operationInput })
+      .toEqual({ status: 'stopped', sessionSaved: true, operation: null, operationInput: null });
+  });
+
   it('a reconciler pass the worker leaves again ends without rolling anything back', async () => {
     const account = await createAccount(t);
     const row = await insertInstance(t, account, 'left-alone', 'running');
