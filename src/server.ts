@@ -31,10 +31,11 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
-  // A worker back after it could not be reached: its machines are adopted and what it cut short is
-  // finished (listened to before the start, so a worker that ends during the first pass is not missed).
+  // A worker back after it could not be reached: its machines are adopted and what it cut short
+  // (operations, image builds) is finished (listened to before the start, so a worker that ends during the first pass is not missed).
   services.compute.onBack(() => {
     void services.instances.reconcile({ cleanUp: false }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
+    void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'image builds could not be resumed'));
   });
   // Compute first: a local worker is started and answers before machines are reconciled (the image
   // already on disk is known then, so a start cut short by the last exit can finish). A worker that

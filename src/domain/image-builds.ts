@@ -1,13 +1,14 @@
 // Builds of private images' derived layers, in the background: the machine host builds the layer in a
 // builder machine; progress, the log (last 256 KiB) and the outcome go to the image's row, and
-// `image.built` marks the end. Images still `building` after a restart are built again (a layer built
-// before is found by its key at once).
+// `image.built` marks the end. Images still `building` after a restart, or when the compute worker is
+// back after it went away during their build, are built again (a layer built before is found by its
+// key at once).
 // One builder machine runs at a time on this host. Builds wait in a queue that takes accounts in turn
 // (fair-queue.ts), and an account has at most IMAGE_BUILDS_PER_ACCOUNT builds queued or running
 // (409 L11), so one account queuing many builds neither starves another's nor grows the queue
 // without bound.
 import type { BuiltLayer, LayerBuildRequest } from '../compute/layer-builder';
-import type { HostImage } from '../compute/machine-host';
+import { cameFromUnreachableHost, type HostImage } from '../compute/machine-host';
 import { KisteError } from '../errors';
 import { appendEvent } from '../store/events';
 import type { Image, ImageStore } from '../store/images';
@@ -22,6 +23,8 @@ const ERROR_TAIL_BYTES = 2048;
 const SAVE_EVERY_MS = 2000;
 /** Room in the builder's disk beyond the base image's own size. */
 const BUILDER_EXTRA_MIB = 2048;
+/** The step of a build that waits for the compute worker to come back. */
+export const WAITING_FOR_COMPUTE = 'waiting for the compute worker';
 /** Builds an account may have queued or running at once. */
 export const IMAGE_BUILDS_PER_ACCOUNT = 4;
 
@@ -118,7 +121,7 @@ export class ImageBuilds {
     build.finished();
   }
 
-  /** At start: the builds a stopped service left unfinished. */
+  /** At start, and when the compute worker is back: the builds a stopped service or a lost worker left unfinished. */
   async resume(): Promise<void> {
     for (const image of await this.store.building()) this.build(image);
   }
@@ -165,6 +168,12 @@ export class ImageBuilds {
       await this.finish(image, { status: 'ready', buildStep: 'ready', buildProgress: 100, buildPackages: built.packages, buildLog: log.text, buildLogTruncated: log.truncated, buildError: null });
     } catch (error) {
       if (signal.aborted) return; // deleted: there is no row to tell
+      if (cameFromUnreachableHost(error)) {
+        // Not the build's failure: the image stays `building` and is queued again once the worker is back (resume()).
+        this.logger.warn({ err: error, image: image.id }, 'derived image layer build waits for the compute worker');
+        await this.store.recordBuild(image.id, { buildStep: WAITING_FOR_COMPUTE }).catch(() => undefined);
+        return;
+      }
       const reason = error instanceof Error ? error.message : String(error);
       const tail = log.end(ERROR_TAIL_BYTES);
       this.logger.warn({ err: error, image: image.id }, 'derived image layer build failed');

@@ -6,7 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import type { BuiltLayer, LayerBuildRequest } from '../../src/compute/layer-builder';
 import { systemClock } from '../../src/domain/clock';
-import { IMAGE_BUILDS_PER_ACCOUNT, ImageBuilds } from '../../src/domain/image-builds';
+import { IMAGE_BUILDS_PER_ACCOUNT, ImageBuilds, WAITING_FOR_COMPUTE } from '../../src/domain/image-builds';
+import { HostUnreachableError } from '../../src/compute/machine-host';
 import { KisteError } from '../../src/errors';
 import { Images } from '../../src/domain/images';
 import { ImageStore } from '../../src/store/images';
@@ -177,5 +178,28 @@ describe('derived layer build queue', () => {
     expect(started).toHaveLength(IMAGE_BUILDS_PER_ACCOUNT + 1); // made less the deleted one, next and pkg-after
     await builds.settled();
     expect(builds.count(capped.id)).toBe(0);
+  });
+
+  it('leaves a build the compute worker went away from building, and builds it again when asked once the worker is back', async () => {
+    const db = t.services.database.prisma;
+    let workerUp = false;
+    const builds = new ImageBuilds(new PrismaTransactions(db), new ImageStore(db), {
+      profile: 'minimal',
+      diskMib: async () => 704,
+      async buildLayer(request): Promise<BuiltLayer> {
+        if (!workerUp) throw new HostUnreachableError('BuildLayer: the compute worker is not running now');
+        return { packages: request.packages.map((p) => `${p}=2.0-1`), virtualBytes: 1 };
+      },
+    }, systemClock, { warn() {} });
+    const image = await buildingImage('while-away');
+    builds.build(image);
+    await builds.settled();
+    const waiting = await db.image.findUnique({ where: { id: image.id } });
+    expect(waiting).toMatchObject({ status: 'building', buildStep: WAITING_FOR_COMPUTE, buildError: null });
+    expect(await db.event.count({ where: { resourceId: image.id, type: 'image.built' } })).toBe(0);
+    workerUp = true;
+    await builds.resume();
+    await builds.settled();
+    expect(await db.image.findUnique({ where: { id: image.id } })).toMatchObject({ status: 'ready', buildPackages: ['while-away=2.0-1'] });
   });
 });
