@@ -10,6 +10,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readWorkerSecret } from '../worker/worker-secret';
 import { WorkerClient } from './worker-client';
+import { relayWorkerOutput } from './worker-output';
 
 export type WorkerState = 'starting' | 'up' | 'down' | 'stopped';
 
@@ -26,6 +27,8 @@ export interface WorkerSupervisorSettings {
   /** How long a started worker may take to answer (default 120 s: it checks the jail at start). */
   startWithinMs?: number;
   onState?: (state: WorkerState) => void;
+  /** Where the worker's log lines go, marked as its own (default: this process's stdout). */
+  output?: (line: string) => void;
 }
 
 /** Where the worker's program is: compiled beside this file, or its source under tsx (tests, `npm run dev`). */
@@ -103,9 +106,12 @@ export class WorkerSupervisor {
     // setpriv: the worker gets SIGTERM when this process ends, however it ends (kill -9 included).
     const child = spawn('setpriv', ['--pdeathsig', 'SIGTERM', '--', process.execPath, ...workerCommand()], {
       env: { ...this.settings.env, KISTE_DATA_DIR: this.settings.dataDir },
-      stdio: ['ignore', 'inherit', 'inherit'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
+    const write = this.settings.output ?? ((line: string) => process.stdout.write(`${line}\n`));
+    relayWorkerOutput(child.stdout!, write);
+    relayWorkerOutput(child.stderr!, write);
     if (child.pid) writeFileSync(this.pidFile, `${child.pid}\n`, { mode: 0o600 });
     const ended = (detail: object, message: string) => {
       if (this.child !== child) return;
