@@ -64,7 +64,7 @@ import { AlertChecks } from './domain/alert-checks';
 import { AlertOutbox } from './domain/alert-outbox';
 import { AlertStore } from './store/alerts';
 import { type MailSender, SmtpMailSender } from './mail/mail-sender';
-import { ServiceMetrics } from './observability/metrics';
+import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 
 export interface Services {
   config: Config;
@@ -166,7 +166,8 @@ export function createServices(config: Config, database: Database, options: Serv
     instances: new InstanceStore(db),
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
-  const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus() });
+  // `compute` is made below; the scrape asks it only later.
+  const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus(), computeCounts: (): Promise<ComputeCounts | null> => compute.counts() });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
   const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, options.machineDisplay);

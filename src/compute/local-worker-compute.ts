@@ -4,6 +4,7 @@
 // operations the worker's end cut short. The worker gets the compute part of the service's
 // configuration only: no database URL, no secret of the control plane.
 import type { Config } from '../config';
+import type { ComputeCounts } from '../observability/metrics';
 import { QemuMachineDisplay } from './guest-display';
 import type { MachineDisplay } from './machine-display';
 import type { Accelerator, HostImage, ImageProfile } from './machine-host';
@@ -73,6 +74,11 @@ export class LocalWorkerCompute implements ServiceCompute {
     if (state !== 'up') return false;
     await this.host.refreshImage(profile).catch(() => null);
     return true;
+  }
+
+  async counts(): Promise<ComputeCounts | null> {
+    if (!this.host.reachable()) return null;
+    return this.host.counts().catch(() => null);
   }
 
   onBack(listener: () => void): void {

@@ -2,6 +2,7 @@
 // (KISTE_COMPUTE=worker, the default) or in its own process (in-process). Either way the domain
 // gets one MachineHost and one MachineDisplay; only start, stop and the return of a host that was
 // out of reach differ.
+import type { ComputeCounts } from '../observability/metrics';
 import type { HostJail } from './jail';
 import type { MachineDisplay } from './machine-display';
 import type { HostImage, ImageProfile, MachineHost } from './machine-host';
@@ -26,6 +27,8 @@ export interface ServiceCompute {
   onBack(listener: () => void): void;
   /** Ends compute; machines keep running for the next start to adopt. */
   stop(): Promise<void>;
+  /** What a worker process counted in its current run, for the metrics; null in-process (counted as it happens) or while it does not answer. */
+  counts(): Promise<ComputeCounts | null>;
 }
 
 export class InProcessCompute implements ServiceCompute {
@@ -48,6 +51,10 @@ export class InProcessCompute implements ServiceCompute {
 
   onBack(): void {
     // The process that serves the API runs the machines: it is never out of reach of itself.
+  }
+
+  async counts(): Promise<null> {
+    return null;
   }
 
   async stop(): Promise<void> {

@@ -52,6 +52,12 @@ export class WorkerMachineHost implements MachineHost, DisplayHost {
     return checks;
   }
 
+  /** What the worker counted in its current run. */
+  async counts(): Promise<{ run: string; agentLinksDropped: number }> {
+    const counters = (await this.worker.call('GET', '/w1/counters', 'WorkerCounters')) as components['schemas']['WorkerCounters'];
+    return { run: counters.started_at, agentLinksDropped: counters.guest_links_dropped.agent };
+  }
+
   async isolationProblem(): Promise<{ reason: string; hint: string } | null> {
     return (await this.checks()).isolation_problem;
   }

@@ -22,6 +22,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/counters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the worker has counted since it started (for the control plane's metrics)
+         * @description Counts since `started_at` (a worker that starts again counts from zero; the control plane
+         *     adds what it saw of each run, so its own counters only grow).
+         */
+        get: operations["WorkerCounters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/execs/{exec}/cancel": {
         parameters: {
             query?: never;
@@ -750,6 +771,14 @@ export interface components {
                 reason: string;
             };
         };
+        WorkerCounters: {
+            /** @description Links to a machine dropped because its guest agent sent what does not fit (or stopped reading). */
+            guest_links_dropped: {
+                agent: number;
+            };
+            /** Format: date-time */
+            started_at: string;
+        };
         WorkerError: {
             error: {
                 /** @description When a call to the guest agent failed, how (the control plane raises the same AgentCallError). */
@@ -840,6 +869,30 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WorkerChecks"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    WorkerCounters: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The counts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerCounters"];
                 };
             };
             400: components["responses"]["BadRequest"];

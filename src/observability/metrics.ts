@@ -7,6 +7,14 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 export interface ServiceMetricsSources {
   /** Machines this service's records hold, counted by status (read at each scrape). */
   machinesByStatus(): Promise<Record<string, number>>;
+  /** What a worker process counted in its current run (read at each scrape); null when it has none or does not answer. */
+  computeCounts?(): Promise<ComputeCounts | null>;
+}
+
+/** A worker's counts since its run began (a new run counts from zero again). */
+export interface ComputeCounts {
+  run: string;
+  agentLinksDropped: number;
 }
 
 export class ServiceMetrics {
@@ -33,11 +41,20 @@ export class ServiceMetrics {
       buckets: [0.5, 1, 2, 5, 10, 20, 60, 120, 300],
       registers: [this.registry],
     });
+    // A worker's drops are added as they grow: what each of its runs counted beyond the last scrape.
+    let seen: ComputeCounts | null = null;
     this.droppedLinks = new Counter({
       name: 'kiste_guest_links_dropped_total',
       help: 'Links to a machine dropped because its guest agent or QEMU sent what does not fit (or stopped reading).',
       labelNames: ['peer'],
       registers: [this.registry],
+      async collect() {
+        const now = await sources.computeCounts?.().catch(() => null);
+        if (!now) return;
+        const before = seen?.run === now.run ? seen.agentLinksDropped : 0;
+        if (now.agentLinksDropped > before) this.inc({ peer: 'agent' }, now.agentLinksDropped - before);
+        seen = now;
+      },
     });
   }
 

@@ -13,6 +13,7 @@ import { ImagePreparation } from '../compute/image-preparation';
 import { probeAccelerator } from '../compute/qemu';
 import { createServiceLogger } from '../service-log';
 import { WorkerServer } from './worker-server';
+import type { WorkerCounts } from './worker-routes';
 import { readWorkerSecret, WorkerSecretError } from './worker-secret';
 
 async function main(): Promise<void> {
@@ -31,6 +32,7 @@ async function main(): Promise<void> {
   }
   const logger = createServiceLogger(config.logLevel, config.logFormat);
   const accelerator = config.accelerator === 'auto' ? (await probeAccelerator()).accelerator : config.accelerator;
+  const counts: WorkerCounts = { agentLinksDropped: 0 };
   const compute = createComputeHost({
     dataDir: config.dataDir,
     imagesDir: config.imagesDir,
@@ -39,11 +41,12 @@ async function main(): Promise<void> {
     machineUidBase: config.machineUidBase,
     machineEgress: config.machineEgress,
     logger,
+    onAgentLinkDropped: () => counts.agentLinksDropped++,
   });
   await compute.machineHost.refreshImage(config.imageProfile); // the image already on disk is served at once
   const images = new ImagePreparation(compute.machineHost, { profile: config.imageProfile, imagesDir: config.imagesDir, imageCacheDir: config.imageCacheDir }, logger);
   const socketPath = process.env.KISTE_WORKER_SOCKET || join(config.dataDir, 'worker.sock');
-  const server = new WorkerServer({ secret, version: config.version, host: compute.machineHost, images, logger });
+  const server = new WorkerServer({ secret, version: config.version, host: compute.machineHost, images, counts, logger });
   await server.listenOnSocket(socketPath);
   logger.info({ socket: socketPath, accelerator }, 'kiste-worker is listening');
   // In the background: GetImageState answers `building` with the step meanwhile (K06 on the control

@@ -21,10 +21,16 @@ export type WorkerHost = MachineHost & MachineScreens;
 /** The worker's own image builds: removals wait for what a build started (src/compute/image-preparation.ts). */
 export type WorkerImageVersions = Pick<ImagePreparation, 'removeUnused'>;
 
+/** What the worker counts since it started (its metrics, read by the control plane). */
+export interface WorkerCounts {
+  agentLinksDropped: number;
+}
+
 export interface RouteContext {
   host: WorkerHost;
   version: string;
   startedAt: string;
+  counts: WorkerCounts;
   execs: ExecTable;
   images: WorkerImageVersions;
 }
@@ -60,6 +66,10 @@ const ROUTES: Route[] = [
     run: async ({ host, version, startedAt }): Promise<Wire['WorkerHello']> => ({
       protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator,
     }),
+  },
+  {
+    method: 'GET', pattern: /^\/w1\/counters$/, operationId: 'WorkerCounters',
+    run: async ({ startedAt, counts }): Promise<Wire['WorkerCounters']> => ({ started_at: startedAt, guest_links_dropped: { agent: counts.agentLinksDropped } }),
   },
   {
     method: 'GET', pattern: /^\/w1\/checks$/, operationId: 'WorkerChecks',

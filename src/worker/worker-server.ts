@@ -11,7 +11,7 @@ import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/work
 import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 import { carryBytes, ExecTable } from './agent-streams';
 import { LayerBuildStreams, MAX_LAYER_BUILD_STREAMS } from './layer-build-streams';
-import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerHost, type WorkerImageVersions } from './worker-routes';
+import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerCounts, type WorkerHost, type WorkerImageVersions } from './worker-routes';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -26,6 +26,8 @@ export interface WorkerServerSettings {
   host: WorkerHost;
   /** The worker's image builds (removals wait for them). */
   images: WorkerImageVersions;
+  /** What the worker counts for the control plane's metrics (default: nothing counted). */
+  counts?: WorkerCounts;
   logger: { warn(object: object, message: string): void };
 }
 
@@ -149,7 +151,7 @@ export class WorkerServer {
     }
     let answer: Answer;
     try {
-      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images }, req.method ?? '', path, body);
+      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images, counts: this.settings.counts ?? { agentLinksDropped: 0 } }, req.method ?? '', path, body);
     } catch (error) {
       this.settings.logger.warn({ err: error, path }, 'worker request failed');
       answer = failure(500, 'internal', 'the worker could not answer');

@@ -71,6 +71,8 @@ describe('the worker process', () => {
     // Run as root with the jail's tools, the host can jail machines; otherwise the answer says why not.
     if (process.getuid?.() === 0) expect(checks.isolation_problem).toBeNull();
     else expect(checks.isolation_problem?.reason).toMatch(/root/);
+    // Its counts for the control plane's metrics: this run's, from zero.
+    expect(await client.call('GET', '/w1/counters', 'WorkerCounters')).toEqual({ started_at: hello.started_at, guest_links_dropped: { agent: 0 } });
   });
 
   it('refuses unsigned, replayed and foreign requests with 401, and a client with another secret trusts nothing it answers', async () => {
