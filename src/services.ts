@@ -135,6 +135,8 @@ export interface ServiceOptions {
   credentialCacheTtlMs?: number;
   /** Where machines run instead of the one config.compute names (tests). */
   compute?: ServiceCompute;
+  /** Where a local worker's log lines go (default: this process's stdout); tests keep them out of their output. */
+  workerOutput?: (line: string) => void;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -170,7 +172,7 @@ export function createServices(config: Config, database: Database, options: Serv
   const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus(), computeCounts: (): Promise<ComputeCounts | null> => compute.counts() });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
-  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, options.machineDisplay);
+  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, options);
   const machineHost = compute.host;
   const machineDisplay = compute.display;
   const secretKey = installationSecret(config);
@@ -255,9 +257,9 @@ export function createServices(config: Config, database: Database, options: Serv
 }
 
 /** Machines in a supervised local kiste-worker (the default), or in this process. */
-function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, machineDisplay?: MachineDisplay): ServiceCompute {
+function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, options: Pick<ServiceOptions, 'machineDisplay' | 'workerOutput'>): ServiceCompute {
   if (config.compute === 'worker') {
-    return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay, keepVersions });
+    return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay: options.machineDisplay, keepVersions, output: options.workerOutput });
   }
   return new InProcessCompute({
     dataDir: config.dataDir,
@@ -267,7 +269,7 @@ function serviceCompute(config: Config, accelerator: Accelerator, logger: Requir
     machineUidBase: config.machineUidBase,
     machineEgress: config.machineEgress,
     logger,
-    machineDisplay,
+    machineDisplay: options.machineDisplay,
     onAgentLinkDropped: () => metrics.linkDropped('agent'),
   });
 }

@@ -28,6 +28,8 @@ export interface LocalWorkerSettings {
   keepVersions(): Promise<Iterable<string>>;
   /** Tests drive a display of their own. */
   machineDisplay?: MachineDisplay;
+  /** Where the worker's log lines go (default: this process's stdout). */
+  output?: (line: string) => void;
 }
 
 export class LocalWorkerCompute implements ServiceCompute {
@@ -49,6 +51,7 @@ export class LocalWorkerCompute implements ServiceCompute {
       dataDir: settings.config.dataDir,
       env: workerEnvironment(settings.config, settings.accelerator),
       logger: settings.logger,
+      output: settings.output,
       onState: (state) => this.changed(state),
     });
     const worker = new SupervisedWorker(this.supervisor);

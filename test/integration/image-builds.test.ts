@@ -50,7 +50,9 @@ describe('derived layer build queue', () => {
     }, systemClock, { warn() {} });
     const [first, second, third] = [await buildingImage('one'), await buildingImage('two'), await buildingImage('three')];
     for (const image of [first, second, third]) builds.build(image);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // By the clock, not a fixed pause: the first build reaches the host after two database writes.
+    for (const until = Date.now() + 10_000; requests.length === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 20));
+    await new Promise((resolve) => setTimeout(resolve, 200)); // time for a second build to start, were it let
     expect(requests.map((r) => r.key)).toEqual(['key-one']); // the others wait their turn
     expect((await t.services.database.prisma.image.findUnique({ where: { id: third.id } }))?.buildStep).toBe('queued');
     await t.services.database.prisma.image.delete({ where: { id: second.id } });
@@ -84,6 +86,7 @@ describe('derived layer build queue', () => {
     const [doomed, after] = [await buildingImage('doomed'), await buildingImage('after')];
     builds.build(doomed);
     builds.build(after);
+    for (const until = Date.now() + 10_000; started.length === 0 && Date.now() < until;) await new Promise((resolve) => setTimeout(resolve, 20));
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(started).toEqual(['key-doomed']);
 

@@ -73,6 +73,7 @@ describe('environments on real guests', () => {
     t = await startTestService({
       env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal', KISTE_MACHINE_EGRESS_ALLOW: server.cidr },
       log: (line) => logLines.push(line),
+      compute: 'worker',
     });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     key = await apiKeyFor(t, await createAccount(t));

@@ -38,7 +38,7 @@ describe('derived image layers', () => {
     const mirror = (await lookup('deb.debian.org', { family: 4 })).address;
     const allow = classifyAddress(mirror).public ? '' : `${mirror}/32`;
     await ensureTestImage();
-    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal', KISTE_MACHINE_EGRESS_ALLOW: allow } });
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal', KISTE_MACHINE_EGRESS_ALLOW: allow }, compute: 'worker' });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     key = await apiKeyFor(t, await createAccount(t));
   });

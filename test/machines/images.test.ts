@@ -24,7 +24,7 @@ describe('images', () => {
 
   beforeAll(async () => {
     await ensureTestImage();
-    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, compute: 'worker' });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     const latest = (await readLatestImage(TEST_IMAGE_DIR, 'minimal'))!;
     version = latest.manifest.version;

@@ -1,4 +1,5 @@
-// Machines for real: the minimal image booted under QEMU (TCG here), driven through the HTTP API.
+// Machines for real: the minimal image booted under QEMU (TCG here) in the local worker the service
+// runs by default, driven through the HTTP API.
 // create → stop with session → resume (a process started before the stop still runs) → fork
 // (independent disk) → rename → logs, metrics → K05 → delete (no process, no disk left).
 import { existsSync, readdirSync } from 'node:fs';
@@ -18,7 +19,7 @@ describe('machine lifecycle on the minimal image', () => {
 
   beforeAll(async () => {
     await ensureTestImage();
-    t = await startTestService({ env: { KISTE_IMAGE_DIR: IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, compute: 'worker' });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     key = await apiKeyFor(t, await createAccount(t));
   });

@@ -79,7 +79,7 @@ describe('SSH over the WebSocket tunnel with OpenSSH', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'kiste-ssh-'));
     await ensureTestImage();
-    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, tunnels: { perAccount: 2, idleMs: IDLE_MS } });
+    t = await startTestService({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, tunnels: { perAccount: 2, idleMs: IDLE_MS }, compute: 'worker' });
     expect(await t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     const account = await createAccount(t);
     accountId = account.id;

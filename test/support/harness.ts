@@ -19,6 +19,8 @@ import { checkContract } from './contract';
 import { openDatabase } from '../../src/db/database';
 import { openTestDatabase } from './database';
 import { testUidBase } from './jail';
+import { execFile } from 'node:child_process';
+import { egressTable } from '../../src/compute/jail';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
@@ -55,6 +57,11 @@ export interface TestServiceOptions {
   replicaOf?: TestService;
   /** How long a presented credential is trusted without a database read (default 1 s). */
   credentialCacheTtlMs?: number;
+  /**
+   * Where machines run: `in-process` (default: most suites reach into the host) or `worker`, the
+   * service's default, a local kiste-worker started (and ended at close) with the service.
+   */
+  compute?: 'in-process' | 'worker';
 }
 
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
@@ -65,7 +72,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const config = loadConfig({
     KISTE_DATA_DIR: dataDir, KISTE_REQUESTS_PER_MINUTE: '100000', KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE: '100000',
     KISTE_MACHINE_UID_BASE: String(testUidBase()), // network rules of its own (see support/jail.ts)
-    KISTE_COMPUTE: 'in-process', // these suites reach into the host; test/machines/local-worker.test.ts runs the worker
+    KISTE_COMPUTE: options.compute ?? 'in-process',
     ...options.env,
   });
   const logger = options.log
@@ -82,7 +89,12 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     builtFiles: options.builtFiles,
     machineDisplay: options.machineDisplay,
     credentialCacheTtlMs: options.credentialCacheTtlMs,
+    workerOutput: options.log ?? (() => undefined),
   });
+  if (config.compute === 'worker' && !(await services.compute.start(config.imageProfile))) {
+    await services.compute.stop();
+    throw new Error('the local worker did not start');
+  }
   const app = await createApp(services, logger);
   const api = Object.fromEntries(
     (['get', 'post', 'put', 'patch', 'delete'] as Method[]).map((method) => [
@@ -99,6 +111,10 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     databaseUrl: database.url,
     async close() {
       await services.compute.inProcess?.machineJail.unloadFirewall();
+      if (config.compute === 'worker') {
+        await services.compute.stop(); // its machines' network rules stay, as the service leaves them
+        await new Promise((resolve) => execFile('nft', ['delete', 'table', 'inet', egressTable(config.machineUidBase)], resolve));
+      }
       await database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },
