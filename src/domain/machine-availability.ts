@@ -25,7 +25,12 @@ export class MachineAvailabilityCheck {
       jail = await this.host.isolationProblem();
     } catch (error) {
       if (!cameFromUnreachableHost(error)) throw error;
-      return { available: false, cause: 'compute_unreachable', reason: 'The compute worker cannot be reached now (it is being started again)', hint: ERRORS.N01.hint };
+      return {
+        available: false,
+        cause: 'compute_unreachable',
+        reason: 'The compute worker that runs this server\'s machines does not answer now',
+        hint: 'The service starts it again by itself; new machines can start once it answers (ask again in a few seconds).',
+      };
     }
     if (jail) return { available: false, cause: 'isolation', reason: `This server cannot run machines isolated from the host: ${jail.reason}`, hint: jail.hint };
     const image = this.host.currentImage(this.profile);
