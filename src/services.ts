@@ -43,6 +43,7 @@ import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
 import { InProcessCompute, type ServiceCompute, type ServiceHost } from './compute/service-compute';
 import { LocalWorkerCompute } from './compute/local-worker-compute';
+import { computeSettingsOf } from './compute/compute-host';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
 import { ApiTokenStore } from './store/api-tokens';
@@ -262,13 +263,7 @@ function serviceCompute(config: Config, accelerator: Accelerator, logger: Requir
     return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay: options.machineDisplay, keepVersions, output: options.workerOutput });
   }
   return new InProcessCompute({
-    dataDir: config.dataDir,
-    imagesDir: config.imagesDir,
-    accelerator,
-    bootSnapshots: config.bootSnapshots,
-    machineUidBase: config.machineUidBase,
-    machineEgress: config.machineEgress,
-    logger,
+    ...computeSettingsOf(config, accelerator, logger),
     machineDisplay: options.machineDisplay,
     onAgentLinkDropped: () => metrics.linkDropped('agent'),
   });

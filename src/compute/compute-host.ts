@@ -1,6 +1,7 @@
 // Everything that runs machines on this host, put together in one place: the jail, the QEMU machine
 // host and the display. The service builds it today; a kiste-worker builds the same (issue 22), and
 // neither side needs the database for it.
+import type { Config } from '../config';
 import type { Cidr } from '../net/special-addresses';
 import { QemuMachineDisplay } from './guest-display';
 import { HostJail } from './jail';
@@ -20,6 +21,19 @@ export interface ComputeHostSettings {
   machineDisplay?: MachineDisplay;
   /** A machine's agent link was dropped because its guest misbehaved. */
   onAgentLinkDropped?: (id: string, reason: string) => void;
+}
+
+/** The settings of a host from the configuration (the service's in-process host, a worker's). */
+export function computeSettingsOf(config: Config, accelerator: Accelerator, logger: ComputeHostSettings['logger']): ComputeHostSettings {
+  return {
+    dataDir: config.dataDir,
+    imagesDir: config.imagesDir,
+    accelerator,
+    bootSnapshots: config.bootSnapshots,
+    machineUidBase: config.machineUidBase,
+    machineEgress: config.machineEgress,
+    logger,
+  };
 }
 
 export interface ComputeHost {

@@ -8,7 +8,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, loadConfig, type Config } from '../config';
-import { createComputeHost } from '../compute/compute-host';
+import { computeSettingsOf, createComputeHost } from '../compute/compute-host';
 import { ImagePreparation } from '../compute/image-preparation';
 import { probeAccelerator } from '../compute/qemu';
 import { createServiceLogger } from '../service-log';
@@ -33,16 +33,7 @@ async function main(): Promise<void> {
   const logger = createServiceLogger(config.logLevel, config.logFormat);
   const accelerator = config.accelerator === 'auto' ? (await probeAccelerator()).accelerator : config.accelerator;
   const counts: WorkerCounts = { agentLinksDropped: 0 };
-  const compute = createComputeHost({
-    dataDir: config.dataDir,
-    imagesDir: config.imagesDir,
-    accelerator,
-    bootSnapshots: config.bootSnapshots,
-    machineUidBase: config.machineUidBase,
-    machineEgress: config.machineEgress,
-    logger,
-    onAgentLinkDropped: () => counts.agentLinksDropped++,
-  });
+  const compute = createComputeHost({ ...computeSettingsOf(config, accelerator, logger), onAgentLinkDropped: () => counts.agentLinksDropped++ });
   await compute.machineHost.refreshImage(config.imageProfile); // the image already on disk is served at once
   const images = new ImagePreparation(compute.machineHost, { profile: config.imageProfile, imagesDir: config.imagesDir, imageCacheDir: config.imageCacheDir }, logger);
   const socketPath = process.env.KISTE_WORKER_SOCKET || join(config.dataDir, 'worker.sock');
