@@ -32,7 +32,7 @@ describe('periodic jobs across replicas', () => {
     // On PostgreSQL each replica is a host of its own; SQLite lives in the one data folder.
     const dataDir = fresh.url ? join(fresh.dataDir, name) : fresh.dataDir;
     mkdirSync(dataDir, { recursive: true });
-    const service = new ServiceProcess(serviceEnv(fresh, port, { KISTE_DATA_DIR: dataDir }));
+    const service = new ServiceProcess(serviceEnv(fresh, port, { KISTE_DATA_DIR: dataDir, KISTE_COMPUTE: 'in-process' })) // no machines: no worker;
     started.push(service);
     await service.listening();
     return { service, url: `http://127.0.0.1:${port}` };

@@ -32,7 +32,7 @@ describe('machines in the local worker', () => {
     fresh = await freshDatabaseUrl();
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    env = serviceEnv(fresh, port, { KISTE_COMPUTE: 'worker' });
+    env = serviceEnv(fresh, port);
     service = await startService();
     auth = await adminKey(url, 'local worker');
   });

@@ -13,10 +13,13 @@ import type { ServiceProcess } from './service-process';
 export const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste';
 export const ADMIN = { email: 'admin@example.com', password: 'a long admin password 42' };
 
-/** The service's configuration for a run on `fresh`, listening on `port`. */
+/**
+ * The service's configuration for a run on `fresh`, listening on `port`: machines in a local worker,
+ * the default (a kill -9 of the service's process group ends the worker with it).
+ */
 export function serviceEnv(fresh: FreshDatabase, port: number, extra: Record<string, string> = {}): Record<string, string> {
   return {
-    KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: fresh.dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg',
+    KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: fresh.dataDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg', KISTE_COMPUTE: 'worker',
     KISTE_ADMIN_EMAIL: ADMIN.email, KISTE_ADMIN_PASSWORD: ADMIN.password, ...(fresh.url ? { KISTE_DATABASE_URL: fresh.url } : {}), ...extra,
   };
 }
