@@ -22,7 +22,13 @@ describe('many followers of one stream', () => {
     const positions = jest.spyOn(EventStore.prototype, 'position');
     try {
       const waiting = Array.from({ length: 50 }, () => t.api.get(`/v1/events?after=${head}&wait_ms=20000`).set(bearer(key)).then((res) => res));
-      await new Promise((resolve) => setTimeout(resolve, 500)); // all parked
+      // All parked: each watches the account's commits before its first read (by the count, not a
+      // fixed pause: under load 50 requests took longer than one), and that read has ended.
+      for (const until = Date.now() + 20_000; t.services.database.commits.listenerCount(account.id) < 50 && Date.now() < until;) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(t.services.database.commits.listenerCount(account.id)).toBeGreaterThanOrEqual(50);
+      await new Promise((resolve) => setTimeout(resolve, 300));
       lists.mockClear();
       positions.mockClear();
       await t.services.apiTokens.create(account.id, 'seen by all', 3600);
