@@ -1,9 +1,9 @@
 // Periodic work of a running service: due account deletions, the uptime heartbeat, event retention,
 // instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries, operations
-// a compute worker left open. Each job
-// runs again only after its previous run finished; stop() waits for running ones. Jobs that claim
-// each piece of work in the database (deliveries, alert e-mail) and the heartbeat run in every
-// control-plane replica; the others only where the leadership is held (src/db/leader-lock.ts).
+// a compute worker left open. Each job runs again only after its previous run finished; stop()
+// waits for running ones. Jobs that claim each piece of work in the database (deliveries, alert
+// e-mail) and the heartbeat run in every control-plane replica; the others only where the
+// leadership is held (src/db/leader-lock.ts).
 import type { Logger } from 'pino';
 import { SOLE_PROCESS, type Leadership } from './db/leader-lock';
 import type { Services } from './services';

@@ -51,7 +51,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   }
   const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
   if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
-  if (services.compute.inProcess) void prepareImage(services, config, logger); // a worker prepares its own
+  void prepareImage(services, config, logger); // in-process only: a worker prepares its own
   void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'interrupted image builds could not be resumed'));
   const admin = await services.accounts.bootstrap(config.adminEmail, config.adminPassword);
   if (admin) logger.info({ email: admin.email }, 'created the first account from KISTE_ADMIN_EMAIL');

@@ -14,7 +14,6 @@ import { RemoteImages } from './remote-images';
 import { WorkerMachineHost } from './worker-machine-host';
 import { WorkerSupervisor, type WorkerState } from './worker-supervisor';
 
-
 /** How often the worker's image state is read while it is up (a build's step for K06, a new version). */
 const IMAGE_REFRESH_MS = 5_000;
 
@@ -58,15 +57,6 @@ export class LocalWorkerCompute implements ServiceCompute {
     this.images = new RemoteImages(worker);
     this.host = new WorkerMachineHost(worker, this.images, settings.accelerator);
     this.display = settings.machineDisplay ?? new QemuMachineDisplay(this.host);
-  }
-
-  /** The worker process now (tests end it). */
-  get workerPid(): number | null {
-    return this.supervisor.pid;
-  }
-
-  get workerState(): WorkerState {
-    return this.supervisor.state;
   }
 
   async start(profile: ImageProfile): Promise<boolean> {

@@ -6,7 +6,6 @@
 import { Writable, type Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
-import * as validators from '../generated/worker-validators';
 import type { ExecExitEvent, ExecStartParams, MetricsResult } from '../protocol/agent';
 import { EVENT_SHAPES, RESULT_SHAPES } from '../protocol/agent-shapes';
 import { bufferOf, byteStream } from '../net/websocket';
@@ -17,7 +16,7 @@ import type { RequestOptions } from './agent/options';
 import { runToEnd, type RunResult } from './agent/run-to-end';
 import type { GuestAgent } from './guest-agent';
 import type { GuestAgents } from './machine-host';
-import { machinePath, wire } from './worker-wire';
+import { machinePath, parseStreamMessage, wire } from './worker-wire';
 import { WorkerCallError, WorkerProtocolError, WorkerTimeoutError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
 
 type Wire = components['schemas'];
@@ -189,14 +188,9 @@ class RemoteExec implements ExecStream {
       if (this.queuedBytes >= RECEIVE_HIGH_WATER) this.ws.pause();
       return this.notify();
     }
-    let end: unknown;
-    try {
-      end = JSON.parse(bytes.toString('utf8'));
-    } catch {
-      return this.broken('an end message that is not JSON');
-    }
-    if (!validators.ExecStreamEnd!(end)) return this.broken('an end message that does not fit ExecStreamEnd');
-    const message = end as Wire['ExecStreamEnd'];
+    const end = parseStreamMessage('ExecStreamEnd', bytes);
+    if (!end.ok) return this.broken(`an end message that ${end.reason}`);
+    const message = end.value;
     this.ended = true;
     if (message.type === 'error') return this.failed(new AgentCallError(message.code, peerText(message.message, 2000)));
     const exit = EVENT_SHAPES['exec.exit'].parse(message.exit);

@@ -7,13 +7,12 @@
 import type { RawData, WebSocket } from 'ws';
 import type { ImageManifest } from '../../images';
 import type { components } from '../generated/worker-api';
-import * as validators from '../generated/worker-validators';
 import { bufferOf } from '../net/websocket';
 import { peerText } from '../protocol/peer-input';
 import { LayerBuildCancelled, type BuiltLayer, type LayerBuildRequest } from './layer-builder';
 import type { HostImage, HostImages, ImageBuildState, ImageProfile } from './machine-host';
 import { WorkerCallError, WorkerProtocolError, WorkerTimeoutError, WorkerUnreachableError, type WorkerCalls } from './worker-client';
-import { fromWire, wire } from './worker-wire';
+import { fromWire, parseStreamMessage, wire } from './worker-wire';
 
 type Wire = components['schemas'];
 
@@ -120,14 +119,9 @@ function followBuild(ws: WebSocket, start: Wire['LayerBuildStart'], request: Lay
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (settled) return;
       if (isBinary) return broken('a binary message');
-      let message: unknown;
-      try {
-        message = JSON.parse(bufferOf(data).toString('utf8'));
-      } catch {
-        return broken('a message that is not JSON');
-      }
-      if (!validators.LayerBuildMessage!(message)) return broken(`a message that does not fit LayerBuildMessage (${peerText(validators.LayerBuildMessage!.errors?.[0]?.message ?? '', 200)})`);
-      const fitting = message as Wire['LayerBuildMessage'];
+      const message = parseStreamMessage('LayerBuildMessage', bufferOf(data));
+      if (!message.ok) return broken(`a message that ${message.reason}`);
+      const fitting = message.value;
       if (fitting.type === 'progress') return request.onProgress(peerText(fitting.step, 200), fitting.percent);
       if (fitting.type === 'log') return request.onLog(fitting.text);
       if (fitting.type === 'built') return settle(() => resolve({ packages: fitting.packages, virtualBytes: fitting.virtual_bytes }));

@@ -1,12 +1,30 @@
 // The machine host's values as worker-api.yaml carries them (snake_case JSON) and back: one place
 // for both sides of the protocol, so the worker's answers and the control plane's requests agree.
 import type { components } from '../generated/worker-api';
+import * as validators from '../generated/worker-validators';
 import type { ImageManifest } from '../../images';
+import { parsePeerJson, peerText, type Parsed, type PeerShape } from '../protocol/peer-input';
 import type { ExecStartParams } from '../protocol/agent';
 import type { LayerBuildRequest } from './layer-builder';
 import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineShape } from './machine-host';
 
 type Wire = components['schemas'];
+
+/** The messages the protocol's streams carry as JSON text. */
+type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart';
+
+/** A JSON message of a worker stream, parsed into its schema in worker-api.yaml (the peer-input rule); never throws. */
+export function parseStreamMessage<K extends StreamMessage>(schema: K, bytes: Buffer): Parsed<Wire[K]> {
+  return parsePeerJson(streamShape<Wire[K]>(schema), bytes);
+}
+
+function streamShape<T>(schema: StreamMessage): PeerShape<T> {
+  const validate = validators[schema]!;
+  return {
+    name: schema,
+    parse: (value) => (validate(value) ? { ok: true, value: value as T } : { ok: false, reason: `does not fit ${schema} (${peerText(validate.errors?.[0]?.message ?? '', 200)})` }),
+  };
+}
 
 /** worker-api.yaml's MachineId. */
 const MACHINE_ID = /^[A-Za-z0-9-]{1,80}$/;

@@ -5,9 +5,8 @@
 // plane that reads slowly loses log text (counted and said), never the worker's memory.
 import type { RawData, WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
-import * as validators from '../generated/worker-validators';
 import { LayerBuildCancelled, type BuiltLayer, type LayerBuildRequest } from '../compute/layer-builder';
-import { fromWire } from '../compute/worker-wire';
+import { fromWire, parseStreamMessage } from '../compute/worker-wire';
 import { bufferOf } from '../net/websocket';
 
 type Message = components['schemas']['LayerBuildMessage'];
@@ -83,14 +82,9 @@ function firstMessage(ws: WebSocket): Promise<components['schemas']['LayerBuildS
       clearTimeout(timer);
       ws.off('close', closed);
       if (isBinary) return refuse('the start message is text');
-      let start: unknown;
-      try {
-        start = JSON.parse(bufferOf(data).toString('utf8'));
-      } catch {
-        return refuse('the start message is not JSON');
-      }
-      if (!validators.LayerBuildStart!(start)) return refuse('the start message does not fit LayerBuildStart');
-      resolve(start as components['schemas']['LayerBuildStart']);
+      const start = parseStreamMessage('LayerBuildStart', bufferOf(data));
+      if (!start.ok) return refuse('the start message does not fit LayerBuildStart');
+      resolve(start.value);
     });
   });
 }
