@@ -11,6 +11,7 @@ import { openDatabase, type Database } from '../src/db/database';
 import { MIN_PASSWORD_LENGTH } from '../src/domain/accounts';
 import { KisteError } from '../src/errors';
 import { createServices, type Services } from '../src/services';
+import { WorkerAdminError } from '../src/domain/workers';
 
 const USAGE = `usage: npm run admin -- <command> [options]
 
@@ -23,6 +24,19 @@ commands:
       --days: lifetime in days, 1 to 365 (default 30). --label: default "admin-cli".
   list-accounts
       Lists every account: id, e-mail, name, created, state.
+
+several hosts (KISTE_COMPUTE=workers; PostgreSQL when there is more than one control plane):
+  worker-add --name N --address https://HOST:PORT
+      Registers a worker and prints its join token on stdout, once: start kiste-worker on that
+      host with KISTE_WORKER_JOIN_TOKEN=<token> and KISTE_WORKER_LISTEN=<addr:port>.
+  workers
+      Lists the workers: name, address, state, whether it answers, what it offers, its machines.
+  worker-drain --name N | worker-activate --name N
+      A draining worker takes no new machines; its machines run on. Activate takes it back.
+  worker-remove --name N
+      Forgets a worker no machine lives on.
+  machines
+      Lists every machine and the worker it lives on.
 
 The database is the server's: KISTE_DATABASE_URL, else SQLite in KISTE_DATA_DIR (default ./data).
 Exit status: 0 done, 1 refused (unknown account, address taken, limit reached), 2 bad usage.
@@ -51,12 +65,19 @@ interface Parsed {
   name?: string;
   label?: string;
   days?: string;
+  address?: string;
 }
 
 const OPTIONS_OF: Record<string, readonly string[]> = {
   'create-account': ['email', 'name'],
   'mint-key': ['email', 'label', 'days'],
   'list-accounts': [],
+  'worker-add': ['name', 'address'],
+  workers: [],
+  'worker-drain': ['name'],
+  'worker-activate': ['name'],
+  'worker-remove': ['name'],
+  machines: [],
 };
 
 function parse(argv: string[]): Parsed | 'help' {
@@ -71,6 +92,7 @@ function parse(argv: string[]): Parsed | 'help' {
         name: { type: 'string' },
         label: { type: 'string' },
         days: { type: 'string' },
+        address: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -222,6 +244,61 @@ async function listAccounts(config: Config): Promise<void> {
   });
 }
 
+function printTable(header: string[], rows: string[][]): void {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+  const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd();
+  process.stdout.write([line(header), ...rows.map(line)].join('\n') + '\n');
+}
+
+function requireName(parsed: Parsed): string {
+  if (!parsed.name) throw new UsageError(`${parsed.command} needs --name`);
+  return parsed.name;
+}
+
+async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
+  await withServices(config, async (services) => {
+    const { workers } = services;
+    try {
+      if (parsed.command === 'worker-add') {
+        if (!parsed.address) throw new UsageError('worker-add needs --address https://HOST:PORT');
+        const { worker, joinToken } = await workers.add(requireName(parsed), parsed.address);
+        process.stdout.write(`${joinToken}\n`);
+        say(`registered worker ${worker.name} at ${worker.address}; start it with KISTE_WORKER_JOIN_TOKEN set to the token above (shown once)`);
+      } else if (parsed.command === 'worker-drain') {
+        say(`worker ${(await workers.drain(requireName(parsed))).name} takes no new machines now`);
+      } else if (parsed.command === 'worker-activate') {
+        say(`worker ${(await workers.activate(requireName(parsed))).name} takes new machines again`);
+      } else if (parsed.command === 'worker-remove') {
+        await workers.remove(requireName(parsed));
+        say(`worker ${parsed.name} removed`);
+      } else if (parsed.command === 'workers') {
+        const list = await workers.list();
+        const loads = await workers.loads(list.map((worker) => worker.id));
+        printTable(['NAME', 'ADDRESS', 'STATE', 'ANSWERS', 'OFFERS (VCPU/MEM/DISK MIB)', 'MACHINES', 'LAST ERROR'], list.map((worker) => [
+          worker.name,
+          worker.address,
+          worker.state,
+          workers.isLive(worker) ? 'yes' : 'no',
+          `${worker.vcpu}/${worker.memoryMib}/${worker.diskMib}`,
+          String(loads.get(worker.id)?.machines ?? 0),
+          worker.lastError ?? '-',
+        ]));
+        say(`${list.length} worker${list.length === 1 ? '' : 's'}`);
+      } else {
+        const names = new Map((await workers.list()).map((worker) => [worker.id, worker.name]));
+        const machines = await workers.placedMachines();
+        printTable(['MACHINE', 'ACCOUNT', 'STATUS', 'WORKER'], machines.map((machine) => [
+          machine.name, machine.accountEmail, machine.status, machine.workerId ? names.get(machine.workerId) ?? machine.workerId : '(this host)',
+        ]));
+        say(`${machines.length} machine${machines.length === 1 ? '' : 's'}`);
+      }
+    } catch (error) {
+      if (error instanceof WorkerAdminError) throw new AdminError(error.message);
+      throw error;
+    }
+  });
+}
+
 export async function main(argv: string[]): Promise<number> {
   try {
     const parsed = parse(argv);
@@ -238,7 +315,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (parsed.command === 'create-account') await createAccount(config, parsed);
     else if (parsed.command === 'mint-key') await mintKey(config, parsed);
-    else await listAccounts(config);
+    else if (parsed.command === 'list-accounts') await listAccounts(config);
+    else await workerCommand(config, parsed);
     return 0;
   } catch (error) {
     if (error instanceof UsageError) {

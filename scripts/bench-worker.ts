@@ -77,7 +77,7 @@ async function main(): Promise<void> {
       { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' },
     );
     await worker.listening();
-    return new WorkerClient({ socketPath: join(dataDir, 'worker.sock'), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    return new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
   };
   try {
     let client = await startWorker();

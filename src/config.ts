@@ -44,10 +44,11 @@ export interface Config {
   /**
    * KISTE_COMPUTE: where machines run. `worker` (default): in a local kiste-worker process the
    * service starts and supervises, so a fault in compute never takes the API down (503 N01 while it
-   * is started again); `in-process`: in the service's own process (the older layout, kept while the
-   * test suites move over).
+   * is started again); `workers`: on the workers registered with `npm run admin -- worker add`
+   * (several hosts; this host runs no machine itself); `in-process`: in the service's own process
+   * (the older layout, kept while the test suites move over).
    */
-  compute: 'worker' | 'in-process';
+  compute: 'worker' | 'workers' | 'in-process';
   /**
    * What machines may reach (KISTE_MACHINE_EGRESS, KISTE_MACHINE_EGRESS_ALLOW): the public internet
    * plus the allowed CIDRs, or nothing at all. Never the host itself.
@@ -111,7 +112,7 @@ function uidBase(value: string | undefined): number {
   return base;
 }
 
-function parseListen(value: string, name = 'KISTE_LISTEN'): { host: string; port: number } {
+export function parseListen(value: string, name = 'KISTE_LISTEN'): { host: string; port: number } {
   const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(value);
   if (!match) throw new ConfigError(`${name} must be host:port, got "${value}"`);
   const port = Number(match[3]);
@@ -164,7 +165,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     imageCacheDir: env.KISTE_IMAGE_CACHE_DIR ? resolve(env.KISTE_IMAGE_CACHE_DIR) : undefined,
     bootSnapshots: oneOf('KISTE_BOOT_SNAPSHOTS', env.KISTE_BOOT_SNAPSHOTS, ['on', 'off'] as const, 'on') === 'on',
     accelerator: oneOf('KISTE_ACCELERATOR', env.KISTE_ACCELERATOR, ['auto', 'kvm', 'tcg'] as const, 'auto'),
-    compute: oneOf('KISTE_COMPUTE', env.KISTE_COMPUTE, ['worker', 'in-process'] as const, 'worker'),
+    compute: oneOf('KISTE_COMPUTE', env.KISTE_COMPUTE, ['worker', 'workers', 'in-process'] as const, 'worker'),
     machineEgress: {
       mode: oneOf('KISTE_MACHINE_EGRESS', env.KISTE_MACHINE_EGRESS, ['public', 'off'] as const, 'public'),
       allow: cidrList('KISTE_MACHINE_EGRESS_ALLOW', env.KISTE_MACHINE_EGRESS_ALLOW),

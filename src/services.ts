@@ -43,6 +43,10 @@ import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
 import { InProcessCompute, type ServiceCompute, type ServiceHost } from './compute/service-compute';
 import { LocalWorkerCompute } from './compute/local-worker-compute';
+import { FleetCompute } from './compute/fleet-compute';
+import { HostPlacement, WorkerPlacement } from './domain/placement';
+import { Workers } from './domain/workers';
+import { WorkerStore } from './store/workers';
 import { computeSettingsOf } from './compute/compute-host';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
@@ -67,6 +71,9 @@ import { AlertStore } from './store/alerts';
 import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 
+/** Memory a one-box host keeps for itself beside its machines. */
+const HOST_MEMORY_RESERVE_MIB = 512;
+
 export interface Services {
   config: Config;
   metrics: ServiceMetrics;
@@ -89,6 +96,8 @@ export interface Services {
   machineHost: ServiceHost;
   /** Where machines run: started and stopped with the service (in-process: its QemuMachineHost and jail). */
   compute: ServiceCompute;
+  /** The workers registered for several hosts (npm run admin -- worker …). */
+  workers: Workers;
   instances: Instances;
   /** The universal image, private images and the component catalogue. */
   images: Images;
@@ -173,10 +182,12 @@ export function createServices(config: Config, database: Database, options: Serv
   const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus(), computeCounts: (): Promise<ComputeCounts | null> => compute.counts() });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
-  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, options);
+  const secretKey = installationSecret(config);
+  const workerStore = new WorkerStore(db, database.provider);
+  const workers = new Workers(workerStore, new SecretBox(secretKey, 'worker signing secrets'), clock);
+  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, workers, options);
   const machineHost = compute.host;
   const machineDisplay = compute.display;
-  const secretKey = installationSecret(config);
   const credentials = new Credentials(stores, secretKey, clock, database.credentialChanges, options.credentialCacheTtlMs);
   const imageStore = new ImageStore(db);
   const currentImage = () => machineHost.currentImage(config.imageProfile);
@@ -192,11 +203,12 @@ export function createServices(config: Config, database: Database, options: Serv
   const environments = new Environments(transactions, new EnvironmentStore(db), stores.accounts, new SecretBox(secretKey, 'environment secret files'), clock);
   const setups = new InstanceSetupStore(db);
   const environmentSetup = new EnvironmentSetup(transactions, { instances: stores.instances, setups }, (id) => machineHost.agent(id), clock, logger);
+  // Several hosts: a registered worker with room, chosen in the create's transaction; one box: this host's free memory.
+  const placement = compute.kind === 'workers' ? new WorkerPlacement(workerStore, () => clock.now()) : new HostPlacement(machineHost, HOST_MEMORY_RESERVE_MIB);
   const instances = new Instances(transactions, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
-    hostMemoryReserveMib: 512,
-  }, { images, environments, setup: environmentSetup }, logger, metrics);
+  }, { images, environments, setup: environmentSetup, placement }, logger, metrics);
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
@@ -237,6 +249,7 @@ export function createServices(config: Config, database: Database, options: Serv
     events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,
     compute,
+    workers,
     instances,
     images,
     imageBuilds,
@@ -257,8 +270,11 @@ export function createServices(config: Config, database: Database, options: Serv
   };
 }
 
-/** Machines in a supervised local kiste-worker (the default), or in this process. */
-function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, options: Pick<ServiceOptions, 'machineDisplay' | 'workerOutput'>): ServiceCompute {
+/** Machines in a supervised local kiste-worker (the default), on registered workers (several hosts), or in this process. */
+function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, workers: Workers, options: Pick<ServiceOptions, 'machineDisplay' | 'workerOutput'>): ServiceCompute {
+  if (config.compute === 'workers') {
+    return new FleetCompute({ registry: workers, profile: config.imageProfile, accelerator, logger, machineDisplay: options.machineDisplay });
+  }
   if (config.compute === 'worker') {
     return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay: options.machineDisplay, keepVersions, output: options.workerOutput });
   }

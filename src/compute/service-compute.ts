@@ -16,7 +16,7 @@ export interface ServiceHost extends MachineHost {
 }
 
 export interface ServiceCompute {
-  readonly kind: 'worker' | 'in-process';
+  readonly kind: 'worker' | 'workers' | 'in-process';
   readonly host: ServiceHost;
   readonly display: MachineDisplay;
   /** The in-process host and its jail (benchmarks and tests reach into them); null when a worker runs the machines. */

@@ -3,7 +3,11 @@
 // bounded, its body validated against the spec — before anyone reads it. A worker that cannot be
 // reached is WorkerUnreachableError (the API's N01); one that answers what does not fit is
 // WorkerProtocolError, and its answer is never used.
-import { request, type IncomingMessage } from 'node:http';
+import { request, type IncomingMessage, type RequestOptions } from 'node:http';
+import { request as tlsRequest } from 'node:https';
+import { X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
@@ -41,8 +45,16 @@ export class WorkerCallError extends Error {
 /** Largest WebSocket message a worker may send on a stream (exec output and TCP bytes come in pieces). */
 const MAX_STREAM_MESSAGE_BYTES = 1024 * 1024;
 
+/**
+ * Where the worker listens: its unix socket (one box), or its TLS address with the certificate the
+ * control plane pinned on first contact (several hosts). The pinned certificate is the only one
+ * trusted, and only when its fingerprint matches exactly; host names are not checked (the pin is
+ * stronger than a name).
+ */
+export type WorkerEndpoint = { socketPath: string } | { address: string; certificatePem: string };
+
 export interface WorkerClientSettings {
-  socketPath: string;
+  endpoint: WorkerEndpoint;
   secret: Buffer;
   /** Per call (default 10 s). */
   timeoutMs?: number;
@@ -86,9 +98,14 @@ export class WorkerClient {
     const nonce = headers[SIGNATURE_HEADERS.nonce]!;
     const deadlineMs = timeoutMs ?? this.settings.timeoutMs ?? 10_000;
     return new Promise<T>((resolveUpgrade, rejectUpgrade) => {
-      const ws = new WebSocket(`ws+unix://${this.settings.socketPath}:${path}`, {
-        headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false,
-      });
+      const endpoint = this.settings.endpoint;
+      const ws = 'socketPath' in endpoint
+        ? new WebSocket(`ws+unix://${endpoint.socketPath}:${path}`, {
+          headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false,
+        })
+        : new WebSocket(`wss://${addressOf(endpoint.address).authority}${path}`, {
+          headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false, ...pinnedTls(endpoint.certificatePem),
+        });
       // A deadline for the whole upgrade and any refusal's body, not only for silence.
       const deadline = setTimeout(() => {
         ws.terminate();
@@ -143,9 +160,14 @@ export class WorkerClient {
   private send(method: string, path: string, headers: Record<string, string>, body: string, timeoutMs: number): Promise<{ status: number; headers: IncomingMessage['headers']; body: Buffer }> {
     return new Promise((resolve, reject) => {
       const contentHeaders = body ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } : { 'content-length': '0' };
-      const req = request({ socketPath: this.settings.socketPath, method, path, headers: { ...headers, ...contentHeaders } }, (res) => {
+      const endpoint = this.settings.endpoint;
+      const options: RequestOptions = { method, path, headers: { ...headers, ...contentHeaders } };
+      const onAnswer = (res: IncomingMessage) => {
         readBounded(res, `${method} ${path}`).then((answer) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: answer }), reject);
-      });
+      };
+      const req = 'socketPath' in endpoint
+        ? request({ ...options, socketPath: endpoint.socketPath }, onAnswer)
+        : tlsRequest({ ...options, ...addressOf(endpoint.address), ...pinnedTls(endpoint.certificatePem) }, onAnswer);
       // A deadline for the whole answer, not only for silence: a worker that trickles bytes ends too.
       let late = false;
       const deadline = setTimeout(() => {
@@ -164,6 +186,22 @@ export class WorkerClient {
 
 /** What the control plane's compute parts call: a worker's client, or the supervised local worker's. */
 export type WorkerCalls = Pick<WorkerClient, 'call' | 'upgrade' | 'reachable'>;
+
+/** host and port of an https://host:port address (checked when the worker was added). */
+export function addressOf(address: string): { host: string; port: number; authority: string } {
+  const url = new URL(address);
+  return { host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || 443), authority: url.host };
+}
+
+/** TLS options that trust exactly the pinned certificate: it is the only CA, and the peer's must be it byte for byte. */
+function pinnedTls(certificatePem: string): { ca: string; rejectUnauthorized: true; checkServerIdentity: (host: string, cert: { fingerprint256: string }) => Error | undefined } {
+  const pinned = new X509Certificate(certificatePem).fingerprint256;
+  return {
+    ca: certificatePem,
+    rejectUnauthorized: true,
+    checkServerIdentity: (_host, cert) => (cert.fingerprint256 === pinned ? undefined : new Error('the worker presented another certificate than the one pinned')),
+  };
+}
 
 /** How a connection failed, without Node's message (it names the socket's path, which API users must not see). */
 function errorCode(error: Error): string {
@@ -184,5 +222,39 @@ function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {
     });
     res.on('end', () => resolve(Buffer.concat(chunks)));
     res.on('error', (error) => reject(new WorkerUnreachableError(`${what}: the answer broke off (${errorCode(error)})`)));
+  });
+}
+
+/**
+ * First contact with a worker on another host: reads the certificate it presents, then asks its
+ * signed hello over a connection that trusts only that certificate. The hello must name the same
+ * certificate: it is signed with the secret only the worker and this control plane hold, so a man in
+ * the middle who presented his own certificate is found out here and nothing is pinned.
+ */
+export async function introduceWorker(address: string, secret: Buffer, timeoutMs = 10_000): Promise<{ hello: WorkerHello; certificatePem: string }> {
+  const certificatePem = await presentedCertificate(address, timeoutMs);
+  const hello = await new WorkerClient({ endpoint: { address, certificatePem }, secret, timeoutMs }).hello();
+  if (hello.tls_fingerprint !== new X509Certificate(certificatePem).fingerprint256) {
+    throw new WorkerProtocolError('the worker names another TLS certificate than the one presented on this connection (a man in the middle?)');
+  }
+  return { hello, certificatePem };
+}
+
+/** The certificate a TLS listener presents, as PEM (nothing is sent over the connection). */
+function presentedCertificate(address: string, timeoutMs: number): Promise<string> {
+  const { host, port } = addressOf(address);
+  return new Promise((resolve, reject) => {
+    const socket = tlsConnect({ host, port, rejectUnauthorized: false, servername: isIP(host) ? undefined : host, timeout: timeoutMs });
+    socket.once('secureConnect', () => {
+      const raw = socket.getPeerCertificate().raw;
+      socket.destroy();
+      if (!raw) return reject(new WorkerProtocolError('the worker presented no TLS certificate'));
+      resolve(`-----BEGIN CERTIFICATE-----\n${raw.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END CERTIFICATE-----\n`);
+    });
+    socket.once('timeout', () => {
+      socket.destroy();
+      reject(new WorkerUnreachableError(`the worker at ${address} did not complete a TLS handshake within ${timeoutMs} ms`));
+    });
+    socket.once('error', (error) => reject(new WorkerUnreachableError(`the worker at ${address} cannot be reached (${errorCode(error)})`)));
   });
 }

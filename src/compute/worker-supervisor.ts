@@ -148,7 +148,7 @@ export class WorkerSupervisor {
     try {
       const secretFile = join(this.settings.dataDir, 'worker.secret');
       if (!existsSync(secretFile) || !existsSync(this.socketPath)) return false;
-      this.client = new WorkerClient({ socketPath: this.socketPath, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
+      this.client = new WorkerClient({ endpoint: { socketPath: this.socketPath }, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
       await this.client.hello();
       return true;
     } catch {

@@ -1,6 +1,7 @@
 // Instances: the spec's state table. Create and fork answer once the machine takes commands;
 // stop, resume, restart, upgrade and delete wait up to `lifecycleWaitMs` and then go on in the
 // background (the caller answers 202). Limits are checked under the account lock.
+import type { Placement } from './placement';
 import { KisteError } from '../errors';
 import { AgentCallError } from '../compute/guest-agent';
 import { cameFromUnreachableHost } from '../compute/machine-host';
@@ -10,7 +11,7 @@ import type { DeviceKeyStore } from '../store/device-keys';
 import { appendEvent } from '../store/events';
 import type { Instance, InstanceStore } from '../store/instances';
 import type { Clock } from './clock';
-import { checkHostCapacity, checkNewMachine, checkShape, checkStart } from './instance-limits';
+import { checkNewMachine, checkShape, checkStart } from './instance-limits';
 import { generateInstanceName } from './instance-names';
 import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationObserver, OperationOutcome } from './instance-operations';
@@ -32,8 +33,6 @@ export interface InstanceSettings {
   imageProfile: ImageProfile;
   /** How long a lifecycle call waits before answering 202 (20 s in the spec). */
   lifecycleWaitMs: number;
-  /** Host memory kept free beside guests (L13). */
-  hostMemoryReserveMib: number;
 }
 
 export interface CreateInstance {
@@ -60,6 +59,8 @@ export interface Provisioning {
   images: Pick<Images, 'forInstance'>;
   environments: Pick<Environments, 'forInstance'>;
   setup: Pick<EnvironmentSetup, 'apply' | 'notStarted'>;
+  /** Where a new machine runs, and whether there is room (L13). */
+  placement: Placement;
 }
 
 export interface LifecycleAnswer {
@@ -134,9 +135,9 @@ export class Instances {
     const image = chosen.layer ? { ...served, artifactKey: chosen.artifactKey ?? served.artifactKey, layer: chosen.layer } : served;
     const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
     checkShape(this.limits, shape); // a shape never allowed is L08, not a retryable L13
-    await this.checkHostRoom(shape.memoryMib);
+    await this.provisioning.placement.precheck(shape);
     const now = this.clock.now();
-    const instance = await this.insert(accountId, request.name ?? null, shape, 'create', (name) => ({
+    const instance = await this.insert(accountId, request.name ?? null, shape, 'create', null, (name) => ({
       image: chosen.label,
       imageId: chosen.imageId,
       components: chosen.components.map(({ id, version }) => ({ id, version })),
@@ -165,10 +166,10 @@ export class Instances {
     if (source.status !== 'running') throw new KisteError('K03', { message: `Instance ${sourceName} must be running to fork it` });
     const image = forkImage(source, request.memory, await this.startableImage());
     const shape = { vcpu: source.vcpu, memoryMib: source.memoryMib, diskMib: source.diskMib };
-    await this.checkHostRoom(shape.memoryMib);
+    await this.provisioning.placement.precheck(shape);
     const now = this.clock.now();
     const { name, ttlSeconds } = request;
-    const copy = await this.insert(accountId, name, shape, 'fork', (copyName) => ({
+    const copy = await this.insert(accountId, name, shape, 'fork', source, (copyName) => ({
       image: source.image,
       imageId: source.imageId,
       components: source.components ?? undefined,
@@ -378,7 +379,8 @@ export class Instances {
     requestedName: string | null,
     shape: MachineShape,
     operation: 'create' | 'fork',
-    fields: (name: string) => Omit<Parameters<InstanceStore['create']>[1], 'id' | 'accountId' | 'name' | 'status' | 'desiredState' | 'vcpu' | 'memoryMib' | 'diskMib'>,
+    source: Instance | null,
+    fields: (name: string) => Omit<Parameters<InstanceStore['create']>[1], 'id' | 'accountId' | 'name' | 'status' | 'desiredState' | 'vcpu' | 'memoryMib' | 'diskMib' | 'workerId'>,
   ): Promise<Instance> {
     const now = this.clock.now();
     return this.transactions.run(async (tx) => {
@@ -387,6 +389,7 @@ export class Instances {
       let name = requestedName;
       if (name && (await this.stores.instances.findByName(accountId, name, tx))) throw new KisteError('K02', { param: 'name' });
       while (!name || (await this.stores.instances.findByName(accountId, name, tx))) name = generateInstanceName();
+      const workerId = await this.provisioning.placement.place(tx, shape, source);
       const created = await this.stores.instances.create(tx, {
         id: newId(),
         accountId,
@@ -395,6 +398,7 @@ export class Instances {
         desiredState: 'running',
         ...shape,
         ...fields(name),
+        workerId,
         operation,
         operationStartedAt: now,
         createdAt: now,
@@ -408,13 +412,7 @@ export class Instances {
     const footprint = await this.stores.instances.footprint(instance.accountId);
     const others = footprint.runningMachines - (instance.desiredState === 'running' ? 1 : 0);
     checkStart(this.limits, { ...footprint, runningMachines: others });
-    await this.checkHostRoom(instance.memoryMib);
-  }
-
-  /** L13: the host must have the guest's memory free now, beside its reserve. */
-  private async checkHostRoom(memoryMib: number): Promise<void> {
-    const { freeMemoryMib } = await this.host.capacity();
-    checkHostCapacity(freeMemoryMib, memoryMib, this.settings.hostMemoryReserveMib);
+    await this.provisioning.placement.checkStart(instance);
   }
 
   /**

@@ -790,9 +790,17 @@ export interface components {
         };
         WorkerHello: {
             accelerator: components["schemas"]["Accelerator"];
+            /** @description What the worker offers for machines (KISTE_WORKER_VCPUS, _MEMORY_MIB, _DISK_MIB, or what its host has); placement reserves machines' shapes against it. */
+            offer: {
+                disk_mib: number;
+                memory_mib: number;
+                vcpu: number;
+            };
             protocol_version: number;
             /** Format: date-time */
             started_at: string;
+            /** @description SHA-256 of the DER certificate the worker's TLS listener presents (upper-case hex pairs joined by colons, as Node prints it); null when it serves only its unix socket. Signed with the answer, so a control plane pinning the certificate on first contact knows it pinned the worker's and not a man in the middle's. */
+            tls_fingerprint: null | string;
             worker_version: string;
         };
     };

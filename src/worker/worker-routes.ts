@@ -9,6 +9,7 @@ import { AgentCallError } from '../compute/agent/errors';
 import type { ExecTable } from './agent-streams';
 import type { MachineScreens } from '../compute/guest-display';
 import type { ImagePreparation } from '../compute/image-preparation';
+import type { WorkerOffer } from './worker-config';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -33,6 +34,8 @@ export interface RouteContext {
   counts: WorkerCounts;
   execs: ExecTable;
   images: WorkerImageVersions;
+  /** What hello says of the worker beyond its version: its TLS certificate and what it offers. */
+  identity: { tlsFingerprint: string | null; offer: WorkerOffer };
 }
 
 interface Route {
@@ -63,8 +66,10 @@ class Refusal extends Error {
 const ROUTES: Route[] = [
   {
     method: 'GET', pattern: /^\/w1\/hello$/, operationId: 'WorkerHello',
-    run: async ({ host, version, startedAt }): Promise<Wire['WorkerHello']> => ({
+    run: async ({ host, version, startedAt, identity }): Promise<Wire['WorkerHello']> => ({
       protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator,
+      tls_fingerprint: identity.tlsFingerprint,
+      offer: { vcpu: identity.offer.vcpu, memory_mib: identity.offer.memoryMib, disk_mib: identity.offer.diskMib },
     }),
   },
   {

@@ -5,17 +5,30 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, linkSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { MIN_SECRET_BYTES } from '../protocol/worker-signature';
+import { safeEqual } from '../protocol/safe-equal';
 
 export class WorkerSecretError extends Error {}
 
-/** Reads the secret file (hex); `create`: writes a new random one first when there is none. */
-export function readWorkerSecret(path: string, options: { create: boolean }): Buffer {
+/**
+ * Reads the secret file (hex); `create`: writes one first when there is none — `joined` (the
+ * secret a join token gives, between hosts) or a new random one (one box). A file already there
+ * must hold `joined` when one is given: a worker joins one control plane at a time.
+ */
+export function readWorkerSecret(path: string, options: { create: boolean; joined?: Buffer }): Buffer {
+  const secret = readSecretFile(path, options);
+  if (options.joined && !safeEqual(secret.toString('hex'), options.joined.toString('hex'))) {
+    throw new WorkerSecretError(`${path} holds the secret of an earlier join; remove it to join with this token`);
+  }
+  return secret;
+}
+
+function readSecretFile(path: string, options: { create: boolean; joined?: Buffer }): Buffer {
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' && options.create) return createSecret(path);
+    if (code === 'ENOENT' && options.create) return createSecret(path, options.joined ?? randomBytes(MIN_SECRET_BYTES));
     if (code === 'ENOENT') throw new WorkerSecretError(`the worker secret file ${path} does not exist`);
     if (code === 'ELOOP') throw new WorkerSecretError(`the worker secret file ${path} is a symbolic link`);
     throw new WorkerSecretError(`the worker secret file ${path} cannot be read (${code ?? String(error)})`);
@@ -32,8 +45,8 @@ export function readWorkerSecret(path: string, options: { create: boolean }): Bu
 }
 
 /** Written whole under a private name and linked into place: a reader never sees it half-written, and a file already there wins. */
-function createSecret(path: string): Buffer {
-  const text = `${randomBytes(MIN_SECRET_BYTES).toString('hex')}\n`;
+function createSecret(path: string, secret: Buffer): Buffer {
+  const text = `${secret.toString('hex')}\n`;
   const staging = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`;
   writeFileSync(staging, text, { mode: 0o600, flag: 'wx' });
   try {
@@ -43,7 +56,7 @@ function createSecret(path: string): Buffer {
   } finally {
     rmSync(staging, { force: true });
   }
-  return readWorkerSecret(path, { create: false });
+  return readSecretFile(path, { create: false });
 }
 
 function parseSecret(path: string, text: string): Buffer {

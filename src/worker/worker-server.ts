@@ -3,6 +3,7 @@
 // answer, the 101 of a WebSocket upgrade too. What it serves is in worker-routes.ts; the streams
 // in agent-streams.ts.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { chmodSync, rmSync } from 'node:fs';
@@ -12,6 +13,8 @@ import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 import { carryBytes, ExecTable } from './agent-streams';
 import { LayerBuildStreams, MAX_LAYER_BUILD_STREAMS } from './layer-build-streams';
 import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerCounts, type WorkerHost, type WorkerImageVersions } from './worker-routes';
+import type { WorkerOffer } from './worker-config';
+import type { WorkerCertificate } from './worker-tls';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -28,6 +31,8 @@ export interface WorkerServerSettings {
   images: WorkerImageVersions;
   /** What the worker counts for the control plane's metrics (default: nothing counted). */
   counts?: WorkerCounts;
+  /** What it offers for machines (hello; placement reserves against it). Default: nothing (one box: the service does not place). */
+  offer?: WorkerOffer;
   logger: { warn(object: object, message: string): void };
 }
 
@@ -35,6 +40,9 @@ export class WorkerServer {
   private readonly verifier: RequestVerifier;
   private readonly startedAt = new Date().toISOString();
   private readonly server: Server;
+  private tlsServer: Server | null = null;
+  /** The TLS certificate's fingerprint once it listens between hosts (hello names it). */
+  private tlsFingerprint: string | null = null;
   private readonly execs = new ExecTable();
   private readonly layerBuilds: LayerBuildStreams;
   private readonly sockets = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
@@ -44,11 +52,7 @@ export class WorkerServer {
   constructor(private readonly settings: WorkerServerSettings) {
     this.verifier = new RequestVerifier(settings.secret);
     this.layerBuilds = new LayerBuildStreams((request) => settings.host.buildLayer(request));
-    this.server = createServer((req, res) => void this.handle(req, res));
-    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-      const res = upgradeResponse(req, socket);
-      if (res) this.upgrade(req, socket as Socket, head, res).catch(() => socket.destroy());
-    });
+    this.server = this.serving(createServer());
     this.sockets.on('headers', (headers: string[], req: IncomingMessage) => {
       headers.push(`${SIGNATURE_HEADERS.signature}: ${signAnswer(settings.secret, 101, this.upgradeNonces.get(req) ?? '', '')}`);
     });
@@ -70,14 +74,38 @@ export class WorkerServer {
     chmodSync(path, 0o600);
   }
 
+  /** Listens with TLS on host:port too (several hosts): the same requests, signed the same way. */
+  async listenWithTls(host: string, port: number, certificate: WorkerCertificate): Promise<{ port: number }> {
+    // A handshake or request that stalls ends instead of holding a socket for ever.
+    const server = this.serving(createTlsServer({ cert: certificate.cert, key: certificate.key, minVersion: 'TLSv1.3', handshakeTimeout: 10_000, requestTimeout: 60_000 }));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => resolve());
+    });
+    this.tlsServer = server;
+    this.tlsFingerprint = certificate.fingerprint;
+    const address = server.address();
+    return { port: typeof address === 'object' && address ? address.port : port };
+  }
+
   close(): Promise<void> {
     this.execs.closeAll();
     for (const ws of this.sockets.clients) ws.terminate();
     this.sockets.close();
-    return new Promise((resolve) => {
-      this.server.close(() => resolve());
-      this.server.closeAllConnections();
+    const servers = [this.server, ...(this.tlsServer ? [this.tlsServer] : [])];
+    return Promise.all(servers.map((server) => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    }))).then(() => undefined);
+  }
+
+  private serving(server: Server): Server {
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => void this.handle(req, res));
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const res = upgradeResponse(req, socket);
+      if (res) this.upgrade(req, socket as Socket, head, res).catch(() => socket.destroy());
     });
+    return server;
   }
 
   /** A stream (AttachExec, OpenTcp, OpenScreen, BuildLayer): verified and routed like any request, answered before the handshake when refused. */
@@ -151,7 +179,11 @@ export class WorkerServer {
     }
     let answer: Answer;
     try {
-      answer = await routeRequest({ host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images, counts: this.settings.counts ?? { agentLinksDropped: 0 } }, req.method ?? '', path, body);
+      answer = await routeRequest({
+        host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images,
+        counts: this.settings.counts ?? { agentLinksDropped: 0 },
+        identity: { tlsFingerprint: this.tlsFingerprint, offer: this.settings.offer ?? { vcpu: 0, memoryMib: 0, diskMib: 0 } },
+      }, req.method ?? '', path, body);
     } catch (error) {
       this.settings.logger.warn({ err: error, path }, 'worker request failed');
       answer = failure(500, 'internal', 'the worker could not answer');

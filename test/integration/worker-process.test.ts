@@ -61,7 +61,7 @@ describe('the worker process', () => {
   });
 
   it('says who it is and what the host can take, to a client with its secret', async () => {
-    const client = new WorkerClient({ socketPath: socket(), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     const hello = await client.hello();
     expect(hello).toMatchObject({ protocol_version: 1, accelerator: 'tcg' });
     expect(Date.parse(hello.started_at)).toBeLessThanOrEqual(Date.now());
@@ -83,7 +83,7 @@ describe('the worker process', () => {
     expect((await raw(socket(), '/w1/hello', signed)).status).toBe(401); // the same nonce again
     expect((await raw(socket(), '/w1/checks', signRequest(secret, 'GET', '/w1/hello', ''))).status).toBe(401); // signed for another path
     expect((await raw(socket(), '/w1/nothing', signRequest(secret, 'GET', '/w1/nothing', ''))).status).toBe(404);
-    const stranger = new WorkerClient({ socketPath: socket(), secret: randomBytes(32) });
+    const stranger = new WorkerClient({ endpoint: { socketPath: socket() }, secret: randomBytes(32) });
     await expect(stranger.hello()).rejects.toBeInstanceOf(WorkerProtocolError);
   });
 
@@ -103,7 +103,7 @@ describe('the worker process', () => {
     expect(await upgrade(stream, {})).toEqual({ status: 401, body: expect.stringContaining('"unauthorized"') });
     expect(await upgrade(stream, signRequest(secret, 'GET', stream, ''))).toEqual({ status: 404, body: expect.stringContaining('no command') });
     expect((await upgrade('/w1/hello/stream', signRequest(secret, 'GET', '/w1/hello/stream', ''))).status).toBe(404);
-    const client = new WorkerClient({ socketPath: socket(), secret });
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret });
     await expect(client.upgrade(stream, 'AttachExec', (ws) => ws)).rejects.toMatchObject({ status: 404, code: 'not_found' });
     const agent = new RemoteGuestAgents(client).agent('not-running');
     for (const call of [() => agent.metrics(), () => agent.exec({ argv: ['true'] }), () => agent.openTcp(22)]) {
@@ -129,12 +129,12 @@ describe('the worker process', () => {
       });
     }
     expect(worker.running).toBe(true);
-    const client = new WorkerClient({ socketPath: socket(), secret });
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret });
     await expect(client.hello()).resolves.toMatchObject({ protocol_version: 1 });
   });
 
   it('serves its image state and versions\' manifests (null for a version it lacks), and closes a layer build whose start does not fit', async () => {
-    const client = new WorkerClient({ socketPath: socket(), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     const images = new RemoteImages(client);
     const current = await images.refresh('minimal');
     expect(images.currentImage('minimal')).toEqual(current);
@@ -153,7 +153,7 @@ describe('the worker process', () => {
   it('stops on SIGTERM', async () => {
     worker.signal('SIGTERM');
     expect((await worker.waitExit(30_000)).code).toBe(0);
-    const client = new WorkerClient({ socketPath: socket(), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }), timeoutMs: 2000 });
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }), timeoutMs: 2000 });
     const away = await client.hello().catch((error: unknown) => error);
     expect(away).toBeInstanceOf(WorkerUnreachableError);
     // Its message may reach API users (a lost agent link): the code, not the socket's path.
@@ -202,7 +202,7 @@ describe('a worker that answers what does not fit', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const client = () => new WorkerClient({ socketPath: join(dir, 'w.sock'), secret, timeoutMs: 1500 });
+  const client = () => new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 });
   const hello = JSON.stringify({ protocol_version: 1, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg' });
 
   it('takes a well-formed signed answer (the stand-in is faithful)', async () => {
@@ -312,7 +312,7 @@ describe('a worker whose streams do not fit', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const agent = () => new RemoteGuestAgents(new WorkerClient({ socketPath: join(dir, 'w.sock'), secret, timeoutMs: 1500 })).agent('machine-1');
+  const agent = () => new RemoteGuestAgents(new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 })).agent('machine-1');
   const exit = { channel: 3, status: 'exited', exit_code: 0, signal: null, duration_ms: 5, stdout_bytes: 2, stderr_bytes: 0 };
 
   it('reads a faithful stream: output in order, then the exit (the stand-in is faithful)', async () => {
@@ -374,7 +374,7 @@ describe('a worker whose streams do not fit', () => {
   });
 
   describe('a layer build', () => {
-    const images = () => new RemoteImages(new WorkerClient({ socketPath: join(dir, 'w.sock'), secret, timeoutMs: 1500 }));
+    const images = () => new RemoteImages(new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 }));
     const base = { profile: 'minimal' as const, version: 'v2026.11.27-0123abcd', artifactKey: 'base' };
     function request(signal?: AbortSignal): LayerBuildRequest & { progress: [string, number][]; log: string[] } {
       const progress: [string, number][] = [];

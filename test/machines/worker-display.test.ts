@@ -37,7 +37,7 @@ describe("a machine's screen through kiste-worker", () => {
       { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' },
     );
     await worker.listening();
-    const client = new WorkerClient({ socketPath: join(dataDir, 'worker.sock'), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const client = new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     machines = new RemoteMachines(client);
     images = new RemoteImages(client);
     const agents = new RemoteGuestAgents(client);

@@ -47,7 +47,7 @@ describe('machines through kiste-worker', () => {
     );
     workers.push(worker);
     await worker.listening();
-    client = new WorkerClient({ socketPath: join(dataDir, 'worker.sock'), secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    client = new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     machines = new RemoteMachines(client);
     agents = new RemoteGuestAgents(client);
   }

@@ -143,3 +143,11 @@ export type EnvironmentVersion = Prisma.EnvironmentVersionModel
  * process alone keeps its counts in memory). Windows older than the last minute are removed.
  */
 export type RequestBudgetWindow = Prisma.RequestBudgetWindowModel
+/**
+ * Model Worker
+ * A compute host registered with the control plane (several hosts, issue 22). The control plane
+ * calls it over TLS at `address`, pins the certificate it saw on first contact (which the worker
+ * also names in its signed hello), and signs every request with the secret both derive from the
+ * join token; the secret is kept sealed (SecretBox, bound to the row's id).
+ */
+export type Worker = Prisma.WorkerModel

@@ -419,7 +419,8 @@ export const ModelName = {
   Image: 'Image',
   Environment: 'Environment',
   EnvironmentVersion: 'EnvironmentVersion',
-  RequestBudgetWindow: 'RequestBudgetWindow'
+  RequestBudgetWindow: 'RequestBudgetWindow',
+  Worker: 'Worker'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -435,7 +436,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow" | "worker"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2141,6 +2142,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    Worker: {
+      payload: Prisma.$WorkerPayload<ExtArgs>
+      fields: Prisma.WorkerFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.WorkerFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.WorkerFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        findFirst: {
+          args: Prisma.WorkerFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.WorkerFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        findMany: {
+          args: Prisma.WorkerFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>[]
+        }
+        create: {
+          args: Prisma.WorkerCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        createMany: {
+          args: Prisma.WorkerCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.WorkerCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>[]
+        }
+        delete: {
+          args: Prisma.WorkerDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        update: {
+          args: Prisma.WorkerUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        deleteMany: {
+          args: Prisma.WorkerDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.WorkerUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.WorkerUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>[]
+        }
+        upsert: {
+          args: Prisma.WorkerUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$WorkerPayload>
+        }
+        aggregate: {
+          args: Prisma.WorkerAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateWorker>
+        }
+        groupBy: {
+          args: Prisma.WorkerGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.WorkerGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.WorkerCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.WorkerCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2349,6 +2424,7 @@ export const InstanceScalarFieldEnum = {
   operationStartedAt: 'operationStartedAt',
   operationInput: 'operationInput',
   errorMessage: 'errorMessage',
+  workerId: 'workerId',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2546,6 +2622,27 @@ export const RequestBudgetWindowScalarFieldEnum = {
 } as const
 
 export type RequestBudgetWindowScalarFieldEnum = (typeof RequestBudgetWindowScalarFieldEnum)[keyof typeof RequestBudgetWindowScalarFieldEnum]
+
+
+export const WorkerScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  address: 'address',
+  sealedSecret: 'sealedSecret',
+  certificatePem: 'certificatePem',
+  state: 'state',
+  epoch: 'epoch',
+  vcpu: 'vcpu',
+  memoryMib: 'memoryMib',
+  diskMib: 'diskMib',
+  leaseUntil: 'leaseUntil',
+  protocolVersion: 'protocolVersion',
+  lastError: 'lastError',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type WorkerScalarFieldEnum = (typeof WorkerScalarFieldEnum)[keyof typeof WorkerScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2866,6 +2963,7 @@ export type GlobalOmitConfig = {
   environment?: Prisma.EnvironmentOmit
   environmentVersion?: Prisma.EnvironmentVersionOmit
   requestBudgetWindow?: Prisma.RequestBudgetWindowOmit
+  worker?: Prisma.WorkerOmit
 }
 
 /* Types for Logging */

@@ -66,6 +66,7 @@ export type InstanceMinAggregateOutputType = {
   operation: string | null
   operationStartedAt: Date | null
   errorMessage: string | null
+  workerId: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -96,6 +97,7 @@ export type InstanceMaxAggregateOutputType = {
   operation: string | null
   operationStartedAt: Date | null
   errorMessage: string | null
+  workerId: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -129,6 +131,7 @@ export type InstanceCountAggregateOutputType = {
   operationStartedAt: number
   operationInput: number
   errorMessage: number
+  workerId: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -175,6 +178,7 @@ export type InstanceMinAggregateInputType = {
   operation?: true
   operationStartedAt?: true
   errorMessage?: true
+  workerId?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -205,6 +209,7 @@ export type InstanceMaxAggregateInputType = {
   operation?: true
   operationStartedAt?: true
   errorMessage?: true
+  workerId?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -238,6 +243,7 @@ export type InstanceCountAggregateInputType = {
   operationStartedAt?: true
   operationInput?: true
   errorMessage?: true
+  workerId?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -358,6 +364,7 @@ export type InstanceGroupByOutputType = {
   operationStartedAt: Date | null
   operationInput: runtime.JsonValue | null
   errorMessage: string | null
+  workerId: string | null
   createdAt: Date
   updatedAt: Date
   _count: InstanceCountAggregateOutputType | null
@@ -414,9 +421,11 @@ export type InstanceWhereInput = {
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
+  workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
+  worker?: Prisma.XOR<Prisma.WorkerNullableScalarRelationFilter, Prisma.WorkerWhereInput> | null
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
@@ -452,9 +461,11 @@ export type InstanceOrderByWithRelationInput = {
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
+  workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
+  worker?: Prisma.WorkerOrderByWithRelationInput
   commands?: Prisma.CommandOrderByRelationAggregateInput
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
@@ -494,9 +505,11 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
+  workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
+  worker?: Prisma.XOR<Prisma.WorkerNullableScalarRelationFilter, Prisma.WorkerWhereInput> | null
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
@@ -532,6 +545,7 @@ export type InstanceOrderByWithAggregationInput = {
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
+  workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.InstanceCountOrderByAggregateInput
@@ -573,6 +587,7 @@ export type InstanceScalarWhereWithAggregatesInput = {
   operationStartedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
+  workerId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
 }
@@ -608,6 +623,7 @@ export type InstanceCreateInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -643,6 +659,7 @@ export type InstanceUncheckedCreateInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
@@ -682,6 +699,7 @@ export type InstanceUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -717,6 +735,7 @@ export type InstanceUncheckedUpdateInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
@@ -754,6 +773,7 @@ export type InstanceCreateManyInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -819,6 +839,7 @@ export type InstanceUncheckedUpdateManyInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -867,6 +888,7 @@ export type InstanceCountOrderByAggregateInput = {
   operationStartedAt?: Prisma.SortOrder
   operationInput?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
+  workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -904,6 +926,7 @@ export type InstanceMaxOrderByAggregateInput = {
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
+  workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -934,6 +957,7 @@ export type InstanceMinOrderByAggregateInput = {
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
+  workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -1052,6 +1076,48 @@ export type InstanceUpdateOneRequiredWithoutSetupNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutSetupInput, Prisma.InstanceUpdateWithoutSetupInput>, Prisma.InstanceUncheckedUpdateWithoutSetupInput>
 }
 
+export type InstanceCreateNestedManyWithoutWorkerInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput> | Prisma.InstanceCreateWithoutWorkerInput[] | Prisma.InstanceUncheckedCreateWithoutWorkerInput[]
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutWorkerInput | Prisma.InstanceCreateOrConnectWithoutWorkerInput[]
+  createMany?: Prisma.InstanceCreateManyWorkerInputEnvelope
+  connect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+}
+
+export type InstanceUncheckedCreateNestedManyWithoutWorkerInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput> | Prisma.InstanceCreateWithoutWorkerInput[] | Prisma.InstanceUncheckedCreateWithoutWorkerInput[]
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutWorkerInput | Prisma.InstanceCreateOrConnectWithoutWorkerInput[]
+  createMany?: Prisma.InstanceCreateManyWorkerInputEnvelope
+  connect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+}
+
+export type InstanceUpdateManyWithoutWorkerNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput> | Prisma.InstanceCreateWithoutWorkerInput[] | Prisma.InstanceUncheckedCreateWithoutWorkerInput[]
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutWorkerInput | Prisma.InstanceCreateOrConnectWithoutWorkerInput[]
+  upsert?: Prisma.InstanceUpsertWithWhereUniqueWithoutWorkerInput | Prisma.InstanceUpsertWithWhereUniqueWithoutWorkerInput[]
+  createMany?: Prisma.InstanceCreateManyWorkerInputEnvelope
+  set?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  disconnect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  delete?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  connect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  update?: Prisma.InstanceUpdateWithWhereUniqueWithoutWorkerInput | Prisma.InstanceUpdateWithWhereUniqueWithoutWorkerInput[]
+  updateMany?: Prisma.InstanceUpdateManyWithWhereWithoutWorkerInput | Prisma.InstanceUpdateManyWithWhereWithoutWorkerInput[]
+  deleteMany?: Prisma.InstanceScalarWhereInput | Prisma.InstanceScalarWhereInput[]
+}
+
+export type InstanceUncheckedUpdateManyWithoutWorkerNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput> | Prisma.InstanceCreateWithoutWorkerInput[] | Prisma.InstanceUncheckedCreateWithoutWorkerInput[]
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutWorkerInput | Prisma.InstanceCreateOrConnectWithoutWorkerInput[]
+  upsert?: Prisma.InstanceUpsertWithWhereUniqueWithoutWorkerInput | Prisma.InstanceUpsertWithWhereUniqueWithoutWorkerInput[]
+  createMany?: Prisma.InstanceCreateManyWorkerInputEnvelope
+  set?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  disconnect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  delete?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  connect?: Prisma.InstanceWhereUniqueInput | Prisma.InstanceWhereUniqueInput[]
+  update?: Prisma.InstanceUpdateWithWhereUniqueWithoutWorkerInput | Prisma.InstanceUpdateWithWhereUniqueWithoutWorkerInput[]
+  updateMany?: Prisma.InstanceUpdateManyWithWhereWithoutWorkerInput | Prisma.InstanceUpdateManyWithWhereWithoutWorkerInput[]
+  deleteMany?: Prisma.InstanceScalarWhereInput | Prisma.InstanceScalarWhereInput[]
+}
+
 export type InstanceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -1082,6 +1148,7 @@ export type InstanceCreateWithoutAccountInput = {
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -1116,6 +1183,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
@@ -1182,6 +1250,7 @@ export type InstanceScalarWhereInput = {
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
+  workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
 }
@@ -1217,6 +1286,7 @@ export type InstanceCreateWithoutCommandsInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
@@ -1251,6 +1321,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
@@ -1305,6 +1376,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
@@ -1339,6 +1411,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1377,6 +1450,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
@@ -1411,6 +1485,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
@@ -1465,6 +1540,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
@@ -1499,6 +1575,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1537,6 +1614,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
@@ -1571,6 +1649,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
@@ -1625,6 +1704,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
@@ -1659,6 +1739,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1697,6 +1778,7 @@ export type InstanceCreateWithoutSetupInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -1731,6 +1813,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
@@ -1785,6 +1868,7 @@ export type InstanceUpdateWithoutSetupInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -1819,11 +1903,112 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+}
+
+export type InstanceCreateWithoutWorkerInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutWorkerInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutWorkerInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput>
+}
+
+export type InstanceCreateManyWorkerInputEnvelope = {
+  data: Prisma.InstanceCreateManyWorkerInput | Prisma.InstanceCreateManyWorkerInput[]
+  skipDuplicates?: boolean
+}
+
+export type InstanceUpsertWithWhereUniqueWithoutWorkerInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutWorkerInput, Prisma.InstanceUncheckedUpdateWithoutWorkerInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutWorkerInput, Prisma.InstanceUncheckedCreateWithoutWorkerInput>
+}
+
+export type InstanceUpdateWithWhereUniqueWithoutWorkerInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutWorkerInput, Prisma.InstanceUncheckedUpdateWithoutWorkerInput>
+}
+
+export type InstanceUpdateManyWithWhereWithoutWorkerInput = {
+  where: Prisma.InstanceScalarWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateManyMutationInput, Prisma.InstanceUncheckedUpdateManyWithoutWorkerInput>
 }
 
 export type InstanceCreateManyAccountInput = {
@@ -1854,6 +2039,7 @@ export type InstanceCreateManyAccountInput = {
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: string | null
+  workerId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1888,6 +2074,7 @@ export type InstanceUpdateWithoutAccountInput = {
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -1922,6 +2109,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1932,6 +2120,147 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
 
 export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
+export type InstanceCreateManyWorkerInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+}
+
+export type InstanceUpdateWithoutWorkerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutWorkerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateManyWithoutWorkerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
   name?: Prisma.StringFieldUpdateOperationsInput | string
   image?: Prisma.StringFieldUpdateOperationsInput | string
   imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
@@ -2040,9 +2369,11 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   operationStartedAt?: boolean
   operationInput?: boolean
   errorMessage?: boolean
+  workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
@@ -2079,9 +2410,11 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operationStartedAt?: boolean
   operationInput?: boolean
   errorMessage?: boolean
+  workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
 }, ExtArgs["result"]["instance"]>
 
 export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -2113,9 +2446,11 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operationStartedAt?: boolean
   operationInput?: boolean
   errorMessage?: boolean
+  workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
 }, ExtArgs["result"]["instance"]>
 
 export type InstanceSelectScalar = {
@@ -2147,13 +2482,15 @@ export type InstanceSelectScalar = {
   operationStartedAt?: boolean
   operationInput?: boolean
   errorMessage?: boolean
+  workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
@@ -2162,15 +2499,18 @@ export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArg
 }
 export type InstanceIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
 }
 export type InstanceIncludeUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
+  worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
 }
 
 export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "Instance"
   objects: {
     account: Prisma.$AccountPayload<ExtArgs>
+    worker: Prisma.$WorkerPayload<ExtArgs> | null
     commands: Prisma.$CommandPayload<ExtArgs>[]
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
@@ -2245,6 +2585,10 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      */
     operationInput: runtime.JsonValue | null
     errorMessage: string | null
+    /**
+     * The registered worker that runs it (several hosts); null: the control plane's own local worker.
+     */
+    workerId: string | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["instance"]>
@@ -2642,6 +2986,7 @@ readonly fields: InstanceFieldRefs;
 export interface Prisma__InstanceClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
   account<T extends Prisma.AccountDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.AccountDefaultArgs<ExtArgs>>): Prisma.Prisma__AccountClient<runtime.Types.Result.GetResult<Prisma.$AccountPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  worker<T extends Prisma.Instance$workerArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$workerArgs<ExtArgs>>): Prisma.Prisma__WorkerClient<runtime.Types.Result.GetResult<Prisma.$WorkerPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   commands<T extends Prisma.Instance$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopLinks<T extends Prisma.Instance$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Instance$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
@@ -2703,6 +3048,7 @@ export interface InstanceFieldRefs {
   readonly operationStartedAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly operationInput: Prisma.FieldRef<"Instance", 'Json'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
+  readonly workerId: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Instance", 'DateTime'>
 }
@@ -3103,6 +3449,25 @@ export type InstanceDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.Inte
    * Limit how many Instances to delete.
    */
   limit?: number
+}
+
+/**
+ * Instance.worker
+ */
+export type Instance$workerArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Worker
+   */
+  select?: Prisma.WorkerSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Worker
+   */
+  omit?: Prisma.WorkerOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.WorkerInclude<ExtArgs> | null
+  where?: Prisma.WorkerWhereInput
 }
 
 /**

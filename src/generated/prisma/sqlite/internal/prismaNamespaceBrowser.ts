@@ -73,7 +73,8 @@ export const ModelName = {
   Image: 'Image',
   Environment: 'Environment',
   EnvironmentVersion: 'EnvironmentVersion',
-  RequestBudgetWindow: 'RequestBudgetWindow'
+  RequestBudgetWindow: 'RequestBudgetWindow',
+  Worker: 'Worker'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -258,6 +259,7 @@ export const InstanceScalarFieldEnum = {
   operationStartedAt: 'operationStartedAt',
   operationInput: 'operationInput',
   errorMessage: 'errorMessage',
+  workerId: 'workerId',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -455,6 +457,27 @@ export const RequestBudgetWindowScalarFieldEnum = {
 } as const
 
 export type RequestBudgetWindowScalarFieldEnum = (typeof RequestBudgetWindowScalarFieldEnum)[keyof typeof RequestBudgetWindowScalarFieldEnum]
+
+
+export const WorkerScalarFieldEnum = {
+  id: 'id',
+  name: 'name',
+  address: 'address',
+  sealedSecret: 'sealedSecret',
+  certificatePem: 'certificatePem',
+  state: 'state',
+  epoch: 'epoch',
+  vcpu: 'vcpu',
+  memoryMib: 'memoryMib',
+  diskMib: 'diskMib',
+  leaseUntil: 'leaseUntil',
+  protocolVersion: 'protocolVersion',
+  lastError: 'lastError',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type WorkerScalarFieldEnum = (typeof WorkerScalarFieldEnum)[keyof typeof WorkerScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -1,0 +1,346 @@
+// Machines on registered workers on other hosts (KISTE_COMPUTE=workers, issue 22). The control
+// plane keeps a client per worker (TLS with the certificate pinned on first contact, every request
+// signed), asks each one's hello every few seconds (its lease in the database is renewed while it
+// answers), and routes every machine call to the worker whose id the machine's row holds. A worker
+// that does not answer fails its machines' calls at once as WorkerUnreachableError (503 N01); its
+// machines run on, and when it answers again the reconciler adopts them and finishes what was cut
+// short. New machines go where placement put them (the create's transaction; L13 when none has room).
+import type { Duplex } from 'node:stream';
+import type { ComputeCounts } from '../observability/metrics';
+import { QemuMachineDisplay } from './guest-display';
+import type { GuestAgent } from './guest-agent';
+import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
+import type { DisplaySize, MachineDisplay } from './machine-display';
+import type {
+  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineShape, StartedMachine,
+} from './machine-host';
+import { RemoteImages } from './remote-images';
+import type { ServiceCompute, ServiceHost } from './service-compute';
+import { SupervisedWorker } from './supervised-worker';
+import { introduceWorker, WorkerClient, WorkerUnreachableError, type WorkerHello } from './worker-client';
+import { WorkerMachineHost } from './worker-machine-host';
+
+/** How often each worker is asked whether it answers (its lease lasts several of these). */
+const HEARTBEAT_MS = 5_000;
+/** The protocol this control plane speaks; a worker that says another is not used. */
+const PROTOCOL_VERSION = 1;
+
+/** A worker as the compute layer calls it: where, with which secret, trusting which certificate. */
+export interface RegisteredWorker {
+  id: string;
+  name: string;
+  address: string;
+  secret: Buffer;
+  certificatePem: string | null;
+}
+
+export interface WorkerContact {
+  offer: { vcpu: number; memoryMib: number; diskMib: number };
+  protocolVersion: number;
+  /** Pinned now (first contact). */
+  certificatePem?: string;
+}
+
+/** What the fleet needs of the registry of workers (the database's, through the domain). */
+export interface WorkerRegistry {
+  registered(): Promise<RegisteredWorker[]>;
+  answered(id: string, contact: WorkerContact): Promise<void>;
+  failed(id: string, message: string): Promise<void>;
+  /** The worker a machine lives on (null: none, or no such machine). */
+  workerOf(machineId: string): Promise<string | null>;
+  machineIdsOn(workerId: string): Promise<string[]>;
+}
+
+export interface FleetSettings {
+  registry: WorkerRegistry;
+  profile: ImageProfile;
+  /** What the control plane probed, until a worker says what it runs machines with. */
+  accelerator: Accelerator;
+  logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
+  heartbeatMs?: number;
+}
+
+/** One worker: its client while it answers (null otherwise), its images and host over that client. */
+class Member {
+  client: WorkerClient | null = null;
+  /** Its hello's started_at: a new run (it was restarted) is a return even when no heartbeat was missed. */
+  run: string | null = null;
+  readonly calls = new SupervisedWorker(this);
+  readonly images = new RemoteImages(this.calls);
+  readonly host: WorkerMachineHost;
+
+  constructor(public registered: RegisteredWorker, accelerator: Accelerator) {
+    this.host = new WorkerMachineHost(this.calls, this.images, accelerator);
+  }
+
+  /** SupervisedWorker's source: the client while the worker answers its heartbeat. */
+  get worker(): WorkerClient | null {
+    return this.client;
+  }
+}
+
+export class FleetMachineHost implements ServiceHost {
+  private readonly members = new Map<string, Member>();
+  /** Where each machine lives, as read from its row (it changes only when a machine moves). */
+  private readonly homes = new Map<string, string>();
+
+  constructor(private readonly settings: FleetSettings) {}
+
+  get accelerator(): Accelerator {
+    return this.up()[0]?.host.accelerator ?? this.settings.accelerator;
+  }
+
+  reachable(): boolean {
+    return this.up().length > 0;
+  }
+
+  /**
+   * One round of heartbeats: every registered worker is asked its hello (first contact pins its
+   * certificate); the ids of the workers that came back (or were restarted) are returned.
+   */
+  async heartbeat(): Promise<string[]> {
+    const registered = await this.settings.registry.registered();
+    for (const id of this.members.keys()) if (!registered.some((worker) => worker.id === id)) this.members.delete(id);
+    const back = await Promise.all(registered.map(async (worker) => ((await this.beat(worker)) ? worker.id : null)));
+    return back.filter((id): id is string => id !== null);
+  }
+
+  private async beat(worker: RegisteredWorker): Promise<boolean> {
+    let member = this.members.get(worker.id);
+    if (!member) {
+      member = new Member(worker, this.settings.accelerator);
+      this.members.set(worker.id, member);
+    }
+    member.registered = worker;
+    try {
+      let hello: WorkerHello;
+      let pinned: string | undefined;
+      if (worker.certificatePem === null) {
+        const introduced = await introduceWorker(worker.address, worker.secret);
+        hello = introduced.hello;
+        pinned = introduced.certificatePem;
+        worker.certificatePem = pinned;
+        this.settings.logger.info({ worker: worker.name, fingerprint: hello.tls_fingerprint }, 'first contact with a worker: its certificate is pinned');
+      }
+      const client = member.client ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: 10_000 });
+      hello = await client.hello();
+      if (hello.protocol_version !== PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${PROTOCOL_VERSION}`);
+      await this.settings.registry.answered(worker.id, {
+        offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
+        protocolVersion: hello.protocol_version,
+        ...(pinned ? { certificatePem: pinned } : {}),
+      });
+      const back = member.client === null || member.run !== hello.started_at;
+      member.client = client;
+      member.run = hello.started_at;
+      await member.images.refresh(this.settings.profile).catch(() => null);
+      if (back) this.settings.logger.info({ worker: worker.name }, 'worker answers: its machines are adopted and what it cut short is finished');
+      return back;
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      if (member.client) this.settings.logger.warn({ worker: worker.name, err: message }, 'worker does not answer: calls for its machines answer N01 until it does');
+      member.client = null;
+      await this.settings.registry.failed(worker.id, message).catch(() => undefined);
+      return false;
+    }
+  }
+
+  /** The workers answering now. */
+  private up(): Member[] {
+    return [...this.members.values()].filter((member) => member.client !== null);
+  }
+
+  /** The host of the worker a machine lives on; N01 when it does not answer. */
+  private async on(machineId: string): Promise<WorkerMachineHost> {
+    let workerId = this.homes.get(machineId);
+    if (workerId === undefined) {
+      workerId = (await this.settings.registry.workerOf(machineId)) ?? undefined;
+      if (workerId === undefined) throw new WorkerUnreachableError(`machine ${machineId} is placed on no worker`);
+      this.homes.set(machineId, workerId);
+    }
+    const member = this.members.get(workerId);
+    if (!member?.client) throw new WorkerUnreachableError(`the worker of machine ${machineId} does not answer now`);
+    return member.host;
+  }
+
+  async isolationProblem(): Promise<{ reason: string; hint: string } | null> {
+    const up = this.up();
+    if (up.length === 0) return { reason: 'no registered worker answers now', hint: 'start a worker (npm run admin -- worker add, then kiste-worker with its join token) or check its address' };
+    const problems = await Promise.all(up.map((member) => member.host.isolationProblem().catch(() => null)));
+    return problems.every((problem) => problem !== null) ? problems[0]! : null;
+  }
+
+  async capacity(): Promise<HostCapacity> {
+    const free = await Promise.all(this.up().map((member) => member.host.capacity().then((c) => c.freeMemoryMib, () => 0)));
+    return { freeMemoryMib: Math.max(0, ...free) };
+  }
+
+  /** The image a worker answering now serves (every worker builds its own; the same recipe gives the same version). */
+  currentImage(profile: ImageProfile): HostImage | null {
+    for (const member of this.up()) {
+      const image = member.images.currentImage(profile);
+      if (image) return image;
+    }
+    return null;
+  }
+
+  imageBuildState(profile: ImageProfile): ImageBuildState {
+    const states = this.up().map((member) => member.images.imageBuildState(profile));
+    return states.find((state) => state.state === 'ready') ?? states[0] ?? { state: 'building', step: 'waiting for a worker to answer', error: null };
+  }
+
+  async imageManifest(image: HostImage): ReturnType<ServiceHost['imageManifest']> {
+    for (const member of this.up()) {
+      const manifest = await member.images.imageManifest(image).catch(() => null);
+      if (manifest) return manifest;
+    }
+    return null;
+  }
+
+  buildLayer(request: LayerBuildRequest): Promise<BuiltLayer> {
+    const member = this.up()[0];
+    if (!member) return Promise.reject(new WorkerUnreachableError('no worker answers now to build the layer'));
+    return member.images.buildLayer(request);
+  }
+
+  async refreshImage(profile: ImageProfile): Promise<HostImage | null> {
+    await Promise.all(this.up().map((member) => member.images.refresh(profile).catch(() => null)));
+    return this.currentImage(profile);
+  }
+
+  agent(id: string): GuestAgent {
+    const on = () => this.on(id).then((host) => host.agent(id));
+    return {
+      exec: (params, options) => on().then((agent) => agent.exec(params, options)),
+      run: (params, options) => on().then((agent) => agent.run(params, options)),
+      metrics: (sampleMs, options) => on().then((agent) => agent.metrics(sampleMs, options)),
+      openTcp: (port, host, options) => on().then((agent) => agent.openTcp(port, host, options)),
+    };
+  }
+
+  /** A new machine starts from the image its worker serves (the one asked for, unless that worker has another version). */
+  async create(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<CreatedMachine> {
+    return (await this.on(id)).create(id, image, shape, identity);
+  }
+
+  async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
+    return (await this.on(targetId)).fork(sourceId, targetId, image, shape, identity, options);
+  }
+
+  async boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
+    return (await this.on(id)).boot(id, shape, image, identity);
+  }
+
+  async resume(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {
+    return (await this.on(id)).resume(id, shape, image, identity);
+  }
+
+  async refreshIdentity(id: string, identity: GuestIdentity): Promise<void> {
+    return (await this.on(id)).refreshIdentity(id, identity);
+  }
+
+  async hasSession(id: string): Promise<boolean> {
+    return (await this.on(id)).hasSession(id);
+  }
+
+  async discardSession(id: string): Promise<void> {
+    return (await this.on(id)).discardSession(id);
+  }
+
+  async stop(id: string, options: { saveSession: boolean }): Promise<{ sessionSaved: boolean }> {
+    return (await this.on(id)).stop(id, options);
+  }
+
+  async isRunning(id: string): Promise<boolean> {
+    return (await this.on(id)).isRunning(id);
+  }
+
+  async adopt(id: string): Promise<boolean> {
+    return (await this.on(id)).adopt(id);
+  }
+
+  async checkpoint(id: string): Promise<{ taken: boolean }> {
+    return (await this.on(id)).checkpoint(id);
+  }
+
+  /** Each worker answering now removes what none of its own machines' rows owns. */
+  async removeStrays(owned: readonly string[]): Promise<string[]> {
+    const removed = await Promise.all(this.up().map(async (member) => {
+      const own = new Set(await this.settings.registry.machineIdsOn(member.registered.id));
+      return member.host.removeStrays(owned.filter((id) => own.has(id)));
+    }));
+    return removed.flat();
+  }
+
+  async removeUnusedLayers(): Promise<void> {
+    await Promise.all(this.up().map((member) => member.host.removeUnusedLayers()));
+  }
+
+  async destroy(id: string): Promise<void> {
+    await (await this.on(id)).destroy(id);
+    this.homes.delete(id);
+  }
+
+  async consoleTail(id: string, lines: number): Promise<string> {
+    return (await this.on(id)).consoleTail(id, lines);
+  }
+
+  async knownMachineIds(): Promise<string[]> {
+    return (await Promise.all(this.up().map((member) => member.host.knownMachineIds()))).flat();
+  }
+
+  async imageDisplay(id: string): Promise<DisplaySize | null> {
+    return (await this.on(id)).imageDisplay(id);
+  }
+
+  async openScreen(id: string): Promise<Duplex> {
+    return (await this.on(id)).openScreen(id);
+  }
+}
+
+export class FleetCompute implements ServiceCompute {
+  readonly kind = 'workers';
+  readonly inProcess = null;
+  readonly host: FleetMachineHost;
+  readonly display: MachineDisplay;
+  private readonly backListeners: (() => void)[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+
+  constructor(private readonly settings: FleetSettings & { machineDisplay?: MachineDisplay }) {
+    this.host = new FleetMachineHost(settings);
+    this.display = settings.machineDisplay ?? new QemuMachineDisplay(this.host);
+  }
+
+  /** One round of heartbeats now (start()'s caller reconciles), then one every few seconds. */
+  async start(): Promise<boolean> {
+    await this.host.heartbeat().catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'the workers could not be read'));
+    this.schedule();
+    return this.host.reachable();
+  }
+
+  onBack(listener: () => void): void {
+    this.backListeners.push(listener);
+  }
+
+  async counts(): Promise<ComputeCounts | null> {
+    return null;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      void this.host.heartbeat()
+        .then((back) => {
+          if (back.length > 0) for (const listener of this.backListeners) listener();
+        })
+        .catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'the workers could not be read'))
+        .finally(() => this.schedule());
+    }, this.settings.heartbeatMs ?? HEARTBEAT_MS).unref();
+  }
+}

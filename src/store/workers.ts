@@ -1,0 +1,132 @@
+// Registered workers (several hosts) and placement. Placement runs in the create's transaction under
+// a transaction-scoped advisory lock, so two control-plane replicas placing at once take turns:
+// each sees what the other reserved, and no worker is given more than it offers.
+import type { Transaction } from '../domain/transactions';
+import type { Worker } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { Worker };
+
+export interface Shape {
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+}
+
+/** What a worker holds now: the shapes of the machines placed on it (running ones for vCPU and memory, every one for disk). */
+export interface WorkerLoad extends Shape {
+  machines: number;
+}
+
+export class WorkerStore {
+  constructor(private readonly db: Db, private readonly provider: 'sqlite' | 'postgresql') {}
+
+  add(data: { id: string; name: string; address: string; sealedSecret: string }): Promise<Worker> {
+    return this.db.worker.create({ data });
+  }
+
+  list(): Promise<Worker[]> {
+    return this.db.worker.findMany({ orderBy: { name: 'asc' } });
+  }
+
+  findByName(name: string): Promise<Worker | null> {
+    return this.db.worker.findUnique({ where: { name } });
+  }
+
+  findById(id: string): Promise<Worker | null> {
+    return this.db.worker.findUnique({ where: { id } });
+  }
+
+  /** The worker answered its heartbeat: its lease runs until `leaseUntil`, and what it offers is what it said. */
+  async renewLease(id: string, data: { leaseUntil: Date; vcpu: number; memoryMib: number; diskMib: number; protocolVersion: number; certificatePem?: string }): Promise<void> {
+    await this.db.worker.update({ where: { id }, data: { ...data, lastError: null } });
+  }
+
+  /** The heartbeat failed: the lease is left to run out; why is kept for the operator. */
+  async recordFailure(id: string, message: string): Promise<void> {
+    await this.db.worker.updateMany({ where: { id }, data: { lastError: message.slice(0, 500) } });
+  }
+
+  async setState(id: string, state: 'active' | 'draining'): Promise<void> {
+    await this.db.worker.update({ where: { id }, data: { state } });
+  }
+
+  /** Removes a worker no machine lives on; false when one still does. */
+  async remove(id: string): Promise<boolean> {
+    if ((await this.db.instance.count({ where: { workerId: id } })) > 0) return false;
+    await this.db.worker.delete({ where: { id } });
+    return true;
+  }
+
+  /** Each worker's load, by id (workers without machines are absent). */
+  async loads(workerIds: readonly string[], tx?: Transaction): Promise<Map<string, WorkerLoad>> {
+    const rows = await clientFor(tx, this.db).instance.findMany({
+      where: { workerId: { in: [...workerIds] } },
+      select: { workerId: true, desiredState: true, vcpu: true, memoryMib: true, diskMib: true },
+    });
+    const loads = new Map<string, WorkerLoad>();
+    for (const row of rows) {
+      const load = loads.get(row.workerId!) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
+      load.machines++;
+      load.diskMib += row.diskMib;
+      if (row.desiredState === 'running') {
+        load.vcpu += row.vcpu;
+        load.memoryMib += row.memoryMib;
+      }
+      loads.set(row.workerId!, load);
+    }
+    return loads;
+  }
+
+  /**
+   * Inside the create's transaction: the active worker with a live lease that has room for `shape`
+   * and the most memory left after it (least loaded first); `only`: that worker or none (a fork goes
+   * where its source is). Null: none has room (L13).
+   */
+  async place(tx: Transaction, shape: Shape, now: Date, only?: string): Promise<string | null> {
+    const client = clientFor(tx);
+    const where = { state: 'active', leaseUntil: { gt: now }, ...(only ? { id: only } : {}) };
+    // One placement at a time across replicas (PostgreSQL: a lock held until this transaction ends,
+    // so the next one sees what this one reserved; SQLite has one writer and one control plane).
+    if (this.provider === 'postgresql') await client.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);
+    const candidates = await client.worker.findMany({ where });
+    const loads = await this.loads(candidates.map((worker) => worker.id), tx);
+    let best: { id: string; memoryLeft: number } | null = null;
+    for (const worker of candidates) {
+      const load = loads.get(worker.id) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
+      const left = { vcpu: worker.vcpu - load.vcpu - shape.vcpu, memoryMib: worker.memoryMib - load.memoryMib - shape.memoryMib, diskMib: worker.diskMib - load.diskMib - shape.diskMib };
+      if (left.vcpu < 0 || left.memoryMib < 0 || left.diskMib < 0) continue;
+      if (!best || left.memoryMib > best.memoryLeft) best = { id: worker.id, memoryLeft: left.memoryMib };
+    }
+    return best?.id ?? null;
+  }
+
+  /** Whether a stopped machine's worker has room to run it again (its disk is already counted). */
+  async roomToStart(workerId: string, shape: Shape, instanceId: string): Promise<boolean> {
+    const worker = await this.db.worker.findUnique({ where: { id: workerId } });
+    if (!worker) return false;
+    const others = await this.db.instance.findMany({ where: { workerId, desiredState: 'running', id: { not: instanceId } }, select: { vcpu: true, memoryMib: true } });
+    const vcpu = others.reduce((sum, row) => sum + row.vcpu, 0) + shape.vcpu;
+    const memoryMib = others.reduce((sum, row) => sum + row.memoryMib, 0) + shape.memoryMib;
+    return vcpu <= worker.vcpu && memoryMib <= worker.memoryMib;
+  }
+
+  /** Where a machine lives (null: the control plane's own host). */
+  async workerOf(instanceId: string): Promise<string | null> {
+    const row = await this.db.instance.findUnique({ where: { id: instanceId }, select: { workerId: true } });
+    return row?.workerId ?? null;
+  }
+
+  /** Every machine and where it lives (the operator's view: `npm run admin -- machines`). */
+  async placedMachines(): Promise<{ name: string; accountEmail: string; status: string; workerId: string | null }[]> {
+    const rows = await this.db.instance.findMany({ select: { name: true, status: true, workerId: true, account: { select: { email: true } } }, orderBy: [{ workerId: 'asc' }, { name: 'asc' }] });
+    return rows.map((row) => ({ name: row.name, accountEmail: row.account.email, status: row.status, workerId: row.workerId }));
+  }
+
+  /** The ids of the machines each worker runs, for its reaper and stray collection. */
+  async machineIdsOn(workerId: string): Promise<string[]> {
+    const rows = await this.db.instance.findMany({ where: { workerId }, select: { id: true } });
+    return rows.map((row) => row.id);
+  }
+}

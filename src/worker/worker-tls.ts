@@ -1,0 +1,41 @@
+// The worker's TLS certificate between hosts: the operator's (KISTE_WORKER_TLS_CERT/KEY) or one made
+// once in <data>/worker-tls (self-signed, P-256, ten years). The control plane does not need a CA:
+// it pins the certificate on first contact, which the worker names in its signed hello.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { X509Certificate } from 'node:crypto';
+
+export interface WorkerCertificate {
+  cert: string;
+  key: string;
+  /** SHA-256 of the DER certificate, as X509Certificate.fingerprint256 prints it. */
+  fingerprint: string;
+}
+
+export function workerCertificate(settings: { certFile: string | null; keyFile: string | null; generatedDir: string }): WorkerCertificate {
+  const [certFile, keyFile] = settings.certFile && settings.keyFile
+    ? [settings.certFile, settings.keyFile]
+    : generated(settings.generatedDir);
+  const cert = readFileSync(certFile, 'utf8');
+  return { cert, key: readFileSync(keyFile, 'utf8'), fingerprint: new X509Certificate(cert).fingerprint256 };
+}
+
+/** The certificate made on an earlier start, else a new one (written aside and moved into place whole). */
+function generated(dir: string): [string, string] {
+  const certFile = join(dir, 'cert.pem');
+  const keyFile = join(dir, 'key.pem');
+  if (existsSync(certFile) && existsSync(keyFile)) return [certFile, keyFile];
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const staging = join(dir, `new-${process.pid}`);
+  rmSync(staging, { recursive: true, force: true });
+  mkdirSync(staging, { mode: 0o700 });
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '3650',
+    '-subj', '/CN=kiste-worker', '-keyout', join(staging, 'key.pem'), '-out', join(staging, 'cert.pem'),
+  ], { stdio: 'ignore', timeout: 30_000 });
+  renameSync(join(staging, 'key.pem'), keyFile);
+  renameSync(join(staging, 'cert.pem'), certFile);
+  rmSync(staging, { recursive: true, force: true });
+  return [certFile, keyFile];
+}
