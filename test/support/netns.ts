@@ -4,6 +4,10 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 
 export interface PrivateNetwork {
+  /** The namespace's name (`ip netns exec <namespace> …`). */
+  namespace: string;
+  /** The host side's link: `ip link set <hostLink> down` cuts the namespace off. */
+  hostLink: string;
   /** The namespace's address (the host side has the one before it). */
   address: string;
   /** The /30 both ends are in. */
@@ -29,6 +33,8 @@ export function privateNetwork(tag: string, octet2: number): PrivateNetwork {
   sh('-n', ns, 'link', 'set', 'lo', 'up');
   const children: ChildProcess[] = [];
   return {
+    namespace: ns,
+    hostLink: host,
     address: `${subnet}.2`,
     cidr: `${subnet}.0/30`,
     spawn(argv) {

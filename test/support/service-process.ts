@@ -44,13 +44,16 @@ export class ServiceProcess {
    */
   constructor(
     env: Record<string, string>,
-    /** Another program of the repository (src/worker/main.ts) and the log line that says it is ready. */
-    private readonly program: { entry: string; ready: string } = { entry: 'src/server.ts', ready: 'kiste is listening' },
+    /** Another program of the repository (src/worker/main.ts), the log line that says it is ready, and the network namespace it runs in (a worker on "another host"). */
+    private readonly program: { entry: string; ready: string; netns?: string } = { entry: 'src/server.ts', ready: 'kiste is listening' },
   ) {
     const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('KISTE_')));
     const ownBase = env.KISTE_MACHINE_UID_BASE || !env.KISTE_DATA_DIR ? null : testUidBaseFor(env.KISTE_DATA_DIR);
     this.ownTable = ownBase === null ? null : egressTable(ownBase);
-    this.child = spawn(process.execPath, ['--import', 'tsx', program.entry], {
+    const argv = [process.execPath, '--import', 'tsx', program.entry];
+    // `ip netns exec` enters the namespace and execs the program: the pid (and process group) stay the program's.
+    const [command, ...args] = program.netns ? ['ip', 'netns', 'exec', program.netns, ...argv] : argv;
+    this.child = spawn(command!, args, {
       cwd: ROOT,
       env: { ...base, KISTE_LOG_LEVEL: 'info', KISTE_IMAGE_PROFILE: 'minimal', KISTE_COMPUTE: 'in-process', ...(ownBase === null ? {} : { KISTE_MACHINE_UID_BASE: String(ownBase) }), ...env } as NodeJS.ProcessEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
