@@ -81,7 +81,7 @@ describe('a worker on another host', () => {
     expect(listed).toMatch(/far\s+https:\/\/[\d.]+:7443\s+active\s+yes\s+2\/800\/20000\s+0/);
 
     const created = await retryWhileImageNotReady(() =>
-      api().post('/v1/instances').set(auth).send({ name: 'remote', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY }));
+      api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'remote', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY }));
     expect({ status: created.status, body: created.body }).toMatchObject({ status: 200, body: { status: 'running' } });
     // Its QEMU is the worker's: it runs in the worker's data folder, and none in the control plane's.
     const onWorker = () => listQemuProcesses().filter((p) => p.machineDir?.startsWith(workerDir) && notTemplate(p.machineId));
@@ -92,7 +92,7 @@ describe('a worker on another host', () => {
     expect(admin('machines')).toMatch(/remote\s+admin@example\.com\s+running\s+far/);
 
     // Full: nothing else fits on the only worker.
-    const full = await api().post('/v1/instances').set(auth).send({ name: 'second', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY });
+    const full = await api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'second', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY });
     checkContract(full);
     expect({ status: full.status, code: full.body.error?.code, retryAfter: full.headers['retry-after'] }).toEqual({ status: 503, code: 'L13', retryAfter: '30' });
     expect((await api().get('/v1/instances/second').set(auth)).status).toBe(404); // no row left behind
