@@ -6,6 +6,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { serviceJobs } from './background';
 import { PostgresLeaderLock, SOLE_PROCESS } from './db/leader-lock';
+import { PostgresReplicaPresence, SoleReplica } from './db/replica-presence';
 import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
 import { serveWebSockets } from './http/websocket';
@@ -30,11 +31,14 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
-  const services = createServices(config, database, { accelerator: accelerator.accelerator, logger });
+  // Every operation names the replica that runs it; another finishes it only once that one is gone.
+  const replicas = database.provider === 'postgresql' && config.databaseUrl ? new PostgresReplicaPresence(config.databaseUrl) : new SoleReplica();
+  if (replicas instanceof PostgresReplicaPresence) await replicas.start();
+  const services = createServices(config, database, { accelerator: accelerator.accelerator, logger, replicas });
   // A worker back after it could not be reached: its machines are adopted and what it cut short
   // (operations, image builds) is finished (listened to before the start, so a worker that ends during the first pass is not missed).
-  services.compute.onBack(() => {
-    void services.instances.reconcile({ cleanUp: false }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
+  services.compute.onBack((workerId) => {
+    void services.instances.reconcile({ cleanUp: false, workerId }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
     void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'image builds could not be resumed'));
   });
   // Compute first: a local worker is started and answers before machines are reconciled (the image
@@ -99,6 +103,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       await leadership.close();
       await Promise.allSettled(services.instances.operations.pending());
       await services.compute.stop(); // machines keep running; the next start adopts them
+      await replicas.close();
       await database.close();
     },
   };

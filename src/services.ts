@@ -47,6 +47,8 @@ import { FleetCompute } from './compute/fleet-compute';
 import { HostPlacement, WorkerPlacement } from './domain/placement';
 import { Workers } from './domain/workers';
 import { WorkerStore } from './store/workers';
+import { SoleReplica } from './db/replica-presence';
+import type { LiveReplicas } from './domain/replicas';
 import { computeSettingsOf } from './compute/compute-host';
 import { InstanceStore } from './store/instances';
 import { AccountStore } from './store/accounts';
@@ -147,6 +149,8 @@ export interface ServiceOptions {
   compute?: ServiceCompute;
   /** Where a local worker's log lines go (default: this process's stdout); tests keep them out of their output. */
   workerOutput?: (line: string) => void;
+  /** The control-plane replicas alive (PostgreSQL: src/db/replica-presence.ts); default: this process alone. */
+  replicas?: LiveReplicas;
 }
 
 /** The installation's secret (CSRF tokens): from KISTE_SECRET_KEY, or a file made once in the data dir. */
@@ -208,7 +212,7 @@ export function createServices(config: Config, database: Database, options: Serv
   const instances = new Instances(transactions, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
-  }, { images, environments, setup: environmentSetup, placement }, logger, metrics);
+  }, { images, environments, setup: environmentSetup, placement }, options.replicas ?? new SoleReplica(), logger, metrics);
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);

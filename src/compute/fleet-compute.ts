@@ -303,7 +303,7 @@ export class FleetCompute implements ServiceCompute {
   readonly inProcess = null;
   readonly host: FleetMachineHost;
   readonly display: MachineDisplay;
-  private readonly backListeners: (() => void)[] = [];
+  private readonly backListeners: ((workerId: string) => void)[] = [];
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
 
@@ -319,7 +319,7 @@ export class FleetCompute implements ServiceCompute {
     return this.host.reachable();
   }
 
-  onBack(listener: () => void): void {
+  onBack(listener: (workerId: string) => void): void {
     this.backListeners.push(listener);
   }
 
@@ -337,7 +337,7 @@ export class FleetCompute implements ServiceCompute {
     this.timer = setTimeout(() => {
       void this.host.heartbeat()
         .then((back) => {
-          if (back.length > 0) for (const listener of this.backListeners) listener();
+          for (const workerId of back) for (const listener of this.backListeners) listener(workerId);
         })
         .catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'the workers could not be read'))
         .finally(() => this.schedule());

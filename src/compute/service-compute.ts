@@ -23,8 +23,8 @@ export interface ServiceCompute {
   readonly inProcess: { machineHost: QemuMachineHost; machineJail: HostJail } | null;
   /** Starts compute and reads the image already there; true when machines can be reconciled now (the host answers). */
   start(profile: ImageProfile): Promise<boolean>;
-  /** Called each time the host answers again after it could not be reached (never for in-process). */
-  onBack(listener: () => void): void;
+  /** Called each time the host answers again after it could not be reached (never for in-process); several hosts: with the worker's id. */
+  onBack(listener: (workerId?: string) => void): void;
   /** Ends compute; machines keep running for the next start to adopt. */
   stop(): Promise<void>;
   /** What a worker process counted in its current run, for the metrics; null in-process (counted as it happens) or while it does not answer. */

@@ -39,12 +39,14 @@ export class InstanceOperations {
     private readonly store: InstanceStore,
     private readonly clock: Clock,
     private readonly logger: OperationLogger,
+    /** This control-plane replica: the owner its claims write. */
+    readonly owner: string,
     private readonly observer?: OperationObserver,
   ) {}
 
   /** Claims the instance for `operation` and sets its transitional state; K05 when it is busy. */
   async claim(instance: Instance, operation: LifecycleOperation, transitional: InstanceUpdate): Promise<Instance> {
-    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now()))) {
+    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now(), this.owner))) {
       throw new KisteError('K05', { message: `Instance ${instance.name} is busy with ${instance.operation ?? 'another operation'}` });
     }
     return this.store.update(instance.id, transitional);
@@ -52,8 +54,13 @@ export class InstanceOperations {
 
   /** Claims the instance for `operation` unless something holds it (then null); its state is unchanged. */
   async claimIfFree(instance: Instance, operation: LifecycleOperation): Promise<Instance | null> {
-    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now()))) return null;
+    if (!(await this.store.claimOperation(instance.accountId, instance.id, operation, this.clock.now(), this.owner))) return null;
     return this.store.findById(instance.id);
+  }
+
+  /** Takes over the row's open operation from the replica that ran it; false when another replica took it first. */
+  takeOver(instance: Instance): Promise<boolean> {
+    return this.store.takeOperation(instance.id, instance.operation!, instance.operationOwner, this.owner);
   }
 
   /**

@@ -11,6 +11,7 @@ import type { Instance, InstanceStore } from '../store/instances';
 import type { Clock } from './clock';
 import type { InstanceOperations, OperationOutcome } from './instance-operations';
 import { stopInputOf } from './operation-input';
+import type { LiveReplicas } from './replicas';
 
 /** Longer than any machine operation may take on a worker (its own deadline is 15 minutes). */
 const OPEN_OPERATION_STALE_MS = 30 * 60_000;
@@ -24,6 +25,8 @@ export interface ReconcileOptions {
    * replica's operation is never that old.
    */
   onlyOpen?: boolean;
+  /** Only the machines of this worker (several hosts: the one that answers again). */
+  workerId?: string;
 }
 
 /** The work of Instances that the reconciler finishes operations with. */
@@ -45,14 +48,17 @@ export class InstanceReconciler {
     private readonly operations: InstanceOperations,
     private readonly host: ReconcilerHost,
     private readonly clock: Clock,
+    private readonly replicas: LiveReplicas,
     private readonly work: FinishingWork,
   ) {}
 
   /**
    * One pass (`cleanUp: true` at start). Without the clean-up while the API serves: a machine being
-   * made must not look like a stray. Instances with an operation this process runs are left to it.
-   * A host that cannot be reached ends the pass (nothing is rolled back for it); one pass runs at a
-   * time, and one asked for meanwhile follows it.
+   * made must not look like a stray. Instances with an operation this process runs are left to it,
+   * and so are those whose operation another replica that still runs has claimed. A machine whose
+   * host cannot be reached is skipped (nothing is rolled back for it; its host's return reconciles
+   * it), and then nothing is cleaned up; one pass runs at a time, and one asked for meanwhile
+   * follows it.
    */
   reconcile(options: ReconcileOptions = { cleanUp: true }): Promise<void> {
     if (this.reconciling) {
@@ -70,21 +76,28 @@ export class InstanceReconciler {
     return this.reconciling;
   }
 
-  private async pass({ cleanUp, onlyOpen = false }: ReconcileOptions): Promise<void> {
+  private async pass({ cleanUp, onlyOpen = false, workerId }: ReconcileOptions): Promise<void> {
     const staleBefore = this.clock.now().getTime() - OPEN_OPERATION_STALE_MS;
     const leftOpen = (row: Instance) => row.operation !== null && (row.operationStartedAt?.getTime() ?? 0) < staleBefore;
-    const listed = (await this.store.all()).filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || leftOpen(row)));
+    const listed = (await this.store.all()).filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || leftOpen(row)) && (workerId === undefined || row.workerId === workerId));
     const afterCleanUp: (() => void)[] = [];
-    for (const { id } of listed) {
-      if (this.operations.isRunning(id)) continue;
+    let hostsAway = false;
+    for (const listedRow of listed) {
+      const { id } = listedRow;
+      if (this.operations.isRunning(id) || (await this.anotherReplicaRuns(listedRow))) continue;
+      let unreachable = false;
       const alive = await this.host.adopt(id).catch((error: unknown) => {
-        if (cameFromUnreachableHost(error)) throw error;
+        unreachable = cameFromUnreachableHost(error);
         return false;
       });
-      // Read again: while a worker comes back the API serves, and a request of this process may
-      // have taken the machine meanwhile; it is then that request's.
+      if (unreachable) {
+        hostsAway = true;
+        continue;
+      }
+      // Read again: while a worker comes back the API serves, and a request may have taken the
+      // machine meanwhile; it is then that request's.
       const row = await this.store.findById(id);
-      if (!row || this.operations.isRunning(id)) continue;
+      if (!row || this.operations.isRunning(id) || (await this.anotherReplicaRuns(row))) continue;
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
         await this.takeOver(row, async () => {
           await this.host.destroy(row.id);
@@ -104,7 +117,7 @@ export class InstanceReconciler {
       if (finishWork) {
         const image = await this.work.startableImage().catch(() => null); // none ready: rolled back below
         if (image) {
-          afterCleanUp.push(() => void this.operations.run(row, () => finishWork(image)));
+          afterCleanUp.push(() => void this.takeOver(row, () => finishWork(image)));
           continue;
         }
       }
@@ -119,11 +132,16 @@ export class InstanceReconciler {
         );
       }
     }
-    if (cleanUp) {
+    if (cleanUp && !hostsAway) {
       await this.host.removeStrays((await this.store.all()).map((row) => row.id)); // no machine runs that no record owns
       await this.host.removeUnusedLayers();
     }
     for (const finish of afterCleanUp) finish();
+  }
+
+  /** An operation claimed by another replica that still runs: that replica finishes it. */
+  private async anotherReplicaRuns(row: Instance): Promise<boolean> {
+    return row.operation !== null && row.operationOwner !== null && row.operationOwner !== this.replicas.me && (await this.replicas.isAlive(row.operationOwner));
   }
 
   /**
@@ -133,7 +151,8 @@ export class InstanceReconciler {
    */
   private async takeOver(row: Instance, work: () => Promise<OperationOutcome>): Promise<void> {
     if (row.operation) {
-      await this.operations.run(row, work);
+      // Another replica may be taking it over at the same time (both saw its owner gone): one does.
+      if (await this.operations.takeOver(row)) await this.operations.run(row, work);
       return;
     }
     const claimed = await this.operations.claimIfFree(row, 'reconcile');

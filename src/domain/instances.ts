@@ -2,6 +2,7 @@
 // stop, resume, restart, upgrade and delete wait up to `lifecycleWaitMs` and then go on in the
 // background (the caller answers 202). Limits are checked under the account lock.
 import type { Placement } from './placement';
+import type { LiveReplicas } from './replicas';
 import { KisteError } from '../errors';
 import { AgentCallError } from '../compute/guest-agent';
 import { cameFromUnreachableHost } from '../compute/machine-host';
@@ -87,13 +88,14 @@ export class Instances {
     private readonly clock: Clock,
     private readonly settings: InstanceSettings,
     private readonly provisioning: Provisioning,
+    replicas: LiveReplicas,
     logger: { error(object: object, message: string): void; warn(object: object, message: string): void },
     observer?: OperationObserver,
   ) {
-    this.operations = new InstanceOperations(transactions, stores.instances, clock, logger, observer);
+    this.operations = new InstanceOperations(transactions, stores.instances, clock, logger, replicas.me, observer);
     this.checkpoints = new InstanceCheckpoints(transactions, stores.instances, host, clock, logger);
     this.availability = new MachineAvailabilityCheck(host, settings.imageProfile);
-    this.reconciler = new InstanceReconciler(stores.instances, this.operations, host, clock, {
+    this.reconciler = new InstanceReconciler(stores.instances, this.operations, host, clock, replicas, {
       interruptedWork: (row) => this.interruptedWork(row),
       stopOutcome: (row, saveSession) => this.stopOutcome(row, saveSession),
       startableImage: () => this.startableImage(),

@@ -47,17 +47,23 @@ export class InstanceStore {
   }
 
   /** Marks a lifecycle operation as running; false when another one already is (K05). */
-  async claimOperation(accountId: string, id: string, operation: string, now: Date): Promise<boolean> {
+  async claimOperation(accountId: string, id: string, operation: string, now: Date, owner: string): Promise<boolean> {
     const { count } = await this.db.instance.updateMany({
       where: { accountId, id, operation: null },
-      data: { operation, operationStartedAt: now },
+      data: { operation, operationStartedAt: now, operationOwner: owner },
     });
+    return count === 1;
+  }
+
+  /** Takes over an open operation from the replica that ran it (gone); false when another replica took it first. */
+  async takeOperation(id: string, operation: string, from: string | null, owner: string): Promise<boolean> {
+    const { count } = await this.db.instance.updateMany({ where: { id, operation, operationOwner: from }, data: { operationOwner: owner } });
     return count === 1;
   }
 
   /** An update that ends the operation (`operation: null`) clears its input too. */
   update(id: string, data: InstanceUpdate, tx?: Transaction): Promise<Instance> {
-    const ending = data.operation === null ? { operationInput: Prisma.DbNull } : {};
+    const ending = data.operation === null ? { operationInput: Prisma.DbNull, operationOwner: null } : {};
     return clientFor(tx, this.db).instance.update({ where: { id }, data: { ...data, ...ending } });
   }
 

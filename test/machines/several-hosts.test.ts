@@ -1,15 +1,18 @@
-// Several hosts on one box (issue 22): the control plane (KISTE_COMPUTE=workers, a real service
-// process) and a kiste-worker in a network namespace of its own behind a veth pair, with its own data
-// folder, reached over TLS only. The operator registers the worker with `npm run admin -- worker-add`
-// and starts it with the join token; the control plane pins its certificate on first contact, and a
-// real guest created through the API runs on it and answers exec. The worker offers room for one
-// machine: a second create answers L13 with Retry-After. Cutting the worker's link
-// (`ip link set down`) makes its machine's calls answer 503 N01 while the machine runs on; when the
-// link is back the machine answers again, the same boot, and no second copy was made.
+// Several hosts on one box (issue 22): two control-plane replicas (real service processes,
+// KISTE_COMPUTE=workers) on one PostgreSQL, and two kiste-workers, each in a network namespace of its
+// own behind a veth pair with its own data folder, reached over TLS only. The operator registers each
+// worker with `npm run admin -- worker-add` and starts it with its join token; the control plane pins
+// its certificate on first contact. Real guests created through the API are placed one per worker
+// (each offers room for one), answer exec through either replica, and a third create answers L13.
+// Cutting one worker's link (`ip link set down`) makes its machine's calls answer 503 N01 while the
+// other worker's machine answers on; when the link is back the machine answers again, the same boot.
+// kill -9 of a worker in the middle of a restart and of a create: N01 meanwhile, and once the worker
+// runs again each operation ends as asked, with one QEMU per machine.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import request from 'supertest';
 import { listQemuProcesses } from '../../src/compute/qemu';
 import { checkContract } from '../support/contract';
@@ -23,101 +26,188 @@ jest.setTimeout(900_000);
 
 const ROOT = join(__dirname, '..', '..');
 const WORKER_PORT = 7443;
+const MACHINE = { profile: 'desktop', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY };
 
-describe('a worker on another host', () => {
+/** A worker host: its namespace, data folder, join token and the process running now. */
+interface Host {
+  name: string;
+  network: PrivateNetwork;
+  dir: string;
+  token: string;
+  process: ServiceProcess | null;
+}
+
+describe('workers on other hosts', () => {
   let fresh: FreshDatabase;
-  let network: PrivateNetwork;
-  let workerDir: string;
+  const hosts: Host[] = [];
   const started: ServiceProcess[] = [];
-  let url: string;
+  let urls: string[];
   let auth: Record<string, string>;
   let env: Record<string, string>;
-  const api = () => request(url);
+  const api = (replica = 0) => request(urls[replica]!);
 
-  /** `npm run admin -- …` against the control plane's database: stdout, or the exit status and stderr. */
+  /** `npm run admin -- …` against the control plane's database: its stdout (a refusal throws with its stderr). */
   const admin = (...args: string[]) =>
     execFileSync(process.execPath, ['--import', 'tsx', 'scripts/admin.ts', ...args], {
       cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
     });
 
+  async function startWorker(host: Host): Promise<void> {
+    host.process = new ServiceProcess({
+      KISTE_DATA_DIR: host.dir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg', KISTE_BOOT_SNAPSHOTS: 'off',
+      KISTE_WORKER_LISTEN: `${host.network.address}:${WORKER_PORT}`, KISTE_WORKER_JOIN_TOKEN: host.token,
+      // Room for one 512 MiB machine, not two.
+      KISTE_WORKER_VCPUS: '2', KISTE_WORKER_MEMORY_MIB: '800', KISTE_WORKER_DISK_MIB: '20000',
+    }, { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening with TLS', netns: host.network.namespace });
+    started.push(host.process);
+    await host.process.listening();
+  }
+
+  /** kill -9 of the worker process alone (its machines' QEMUs are not its children to take along). */
+  function killWorker(host: Host): void {
+    host.process!.child.kill('SIGKILL');
+  }
+
+  const qemusOn = (host: Host) => listQemuProcesses().filter((p) => p.machineDir?.startsWith(host.dir) && notTemplate(p.machineId));
+  const exec = (name: string, argv: string[], replica = 0) => execOf(() => api(replica), auth, name, argv);
+  /** An exec's stdout once the machine answers again (N01 and lost links meanwhile are retried). */
+  const execWhenBack = (name: string, argv: string[]) => waitUntil(`${name} to answer exec`, () => exec(name, argv).catch(() => null), 180_000, 1000);
+  const bootOf = async (name: string) => (await exec(name, ['cat', '/proc/sys/kernel/random/boot_id']))!.trim();
+  const workerOf = (name: string) => hosts.find((host) => new RegExp(`${name}\\s+admin@example\\.com\\s+\\S+\\s+${host.name}\\b`).test(admin('machines')));
+
   beforeAll(async () => {
     await ensureTestImage();
     fresh = await freshDatabaseUrl();
-    network = privateNetwork('wk', 31);
-    workerDir = mkdtempSync(join(tmpdir(), 'kiste-remote-worker-'));
-    const port = await freePort();
-    url = `http://127.0.0.1:${port}`;
-    env = serviceEnv(fresh, port, { KISTE_COMPUTE: 'workers' });
+    const ports = [await freePort(), await freePort()];
+    urls = ports.map((port) => `http://127.0.0.1:${port}`);
+    // Replicas share the installation secret (the workers' signing secrets are sealed with it).
+    env = serviceEnv(fresh, ports[0]!, { KISTE_COMPUTE: 'workers', KISTE_SECRET_KEY: randomBytes(32).toString('base64') });
+    for (const [index, name] of ['far', 'wide'].entries()) {
+      const network = privateNetwork(`w${index}`, 31 + index);
+      const token = admin('worker-add', '--name', name, '--address', `https://${network.address}:${WORKER_PORT}`).trim();
+      hosts.push({ name, network, dir: mkdtempSync(join(tmpdir(), `kiste-${name}-worker-`)), token, process: null });
+    }
+    await Promise.all(hosts.map(startWorker));
+    for (const [index, port] of ports.entries()) {
+      // The second replica: its own process and data folder, the same database and secret.
+      const replica = new ServiceProcess(index === 0 ? env : { ...env, KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: mkdtempSync(join(fresh.dataDir, 'replica-')) });
+      started.push(replica);
+      await replica.listening();
+    }
+    auth = await adminKey(urls[0]!, 'several hosts');
   });
   afterAll(async () => {
     await cleanUp(fresh, started);
-    for (const qemu of listQemuProcesses().filter((p) => p.machineDir?.startsWith(workerDir))) process.kill(qemu.pid, 'SIGKILL');
-    network?.close();
-    rmSync(workerDir, { recursive: true, force: true });
+    for (const host of hosts) {
+      for (const qemu of listQemuProcesses().filter((p) => p.machineDir?.startsWith(host.dir))) process.kill(qemu.pid, 'SIGKILL');
+      host.network.close();
+      rmSync(host.dir, { recursive: true, force: true });
+    }
   });
 
-  it('joins with a token, runs a real machine placed on it, answers L13 when full and N01 while its link is down', async () => {
-    // The operator registers the worker; the token is printed once, on stdout.
-    const token = admin('worker-add', '--name', 'far', '--address', `https://${network.address}:${WORKER_PORT}`).trim();
-    expect(token).toMatch(/^kwj_[A-Za-z0-9_-]{43}$/);
-    expect(() => admin('worker-add', '--name', 'far', '--address', `https://${network.address}:1`)).toThrow(/registered already/);
-    expect(() => admin('worker-add', '--name', 'plain', '--address', `http://${network.address}:1`)).toThrow(/https:\/\/host:port/);
+  it('registers workers with a join token printed once, and refuses a name taken or an address that is not https', () => {
+    expect(hosts.map((host) => host.token)).toEqual([expect.stringMatching(/^kwj_[A-Za-z0-9_-]{43}$/), expect.stringMatching(/^kwj_[A-Za-z0-9_-]{43}$/)]);
+    expect(() => admin('worker-add', '--name', 'far', '--address', 'https://192.0.2.1:1')).toThrow(/registered already/);
+    expect(() => admin('worker-add', '--name', 'plain', '--address', 'http://192.0.2.1:1')).toThrow(/https:\/\/host:port/);
+  });
 
-    const worker = new ServiceProcess({
-      KISTE_DATA_DIR: workerDir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg',
-      KISTE_WORKER_LISTEN: `${network.address}:${WORKER_PORT}`, KISTE_WORKER_JOIN_TOKEN: token,
-      // Room for one 512 MiB machine, not two.
-      KISTE_WORKER_VCPUS: '2', KISTE_WORKER_MEMORY_MIB: '800', KISTE_WORKER_DISK_MIB: '20000',
-    }, { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening with TLS', netns: network.namespace });
-    started.push(worker);
-    await worker.listening();
+  it('pins each worker on first contact and places one machine on each, then answers L13', async () => {
+    await waitUntil('both workers to answer', () => /far .* yes .*\n.*wide .* yes /s.test(admin('workers')), 60_000, 1000);
+    expect(admin('workers')).toMatch(/far\s+https:\/\/[\d.]+:7443\s+active\s+yes\s+2\/800\/20000\s+0/);
 
-    const service = new ServiceProcess(env);
-    started.push(service);
-    await service.listening();
-    auth = await adminKey(url, 'several hosts');
-    await waitUntil('the control plane to pin the worker\'s certificate', () => service.output.includes('its certificate is pinned'), 30_000);
-    const listed = admin('workers');
-    expect(listed).toMatch(/far\s+https:\/\/[\d.]+:7443\s+active\s+yes\s+2\/800\/20000\s+0/);
-
-    const created = await retryWhileImageNotReady(() =>
-      api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'remote', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY }));
-    expect({ status: created.status, body: created.body }).toMatchObject({ status: 200, body: { status: 'running' } });
-    // Its QEMU is the worker's: it runs in the worker's data folder, and none in the control plane's.
-    const onWorker = () => listQemuProcesses().filter((p) => p.machineDir?.startsWith(workerDir) && notTemplate(p.machineId));
-    expect(onWorker()).toHaveLength(1);
+    for (const name of ['one', 'two']) {
+      const created = await retryWhileImageNotReady(() => api().post('/v1/instances').set(auth).send({ ...MACHINE, name }));
+      expect({ status: created.status, body: created.body }).toMatchObject({ status: 200, body: { status: 'running' } });
+    }
+    // Least loaded first: one machine on each worker, each QEMU in its own worker's data folder.
+    expect(hosts.map((host) => qemusOn(host).length)).toEqual([1, 1]);
     expect(listQemuProcesses().filter((p) => p.machineDir?.startsWith(fresh.dataDir))).toHaveLength(0);
-    expect(await execOf(api, auth, 'remote', ['sh', '-c', 'echo kept > /tmp/marker && cat /tmp/marker'])).toBe('kept\n');
-    const bootId = (await execOf(api, auth, 'remote', ['cat', '/proc/sys/kernel/random/boot_id']))!.trim();
-    expect(admin('machines')).toMatch(/remote\s+admin@example\.com\s+running\s+far/);
+    expect(new Set([workerOf('one')?.name, workerOf('two')?.name])).toEqual(new Set(['far', 'wide']));
 
-    // Full: nothing else fits on the only worker.
-    const full = await api().post('/v1/instances').set(auth).send({ profile: 'desktop', name: 'second', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: SSH_KEY });
+    const full = await api().post('/v1/instances').set(auth).send({ ...MACHINE, name: 'three' });
     checkContract(full);
     expect({ status: full.status, code: full.body.error?.code, retryAfter: full.headers['retry-after'] }).toEqual({ status: 503, code: 'L13', retryAfter: '30' });
-    expect((await api().get('/v1/instances/second').set(auth)).status).toBe(404); // no row left behind
+    expect((await api().get('/v1/instances/three').set(auth)).status).toBe(404); // no row left behind
+  });
 
-    // The link to the worker's host goes down: its machine's calls answer N01, the machine runs on.
-    execFileSync('ip', ['link', 'set', network.hostLink, 'down']);
-    const refused = await waitUntil('a call for the cut-off worker\'s machine to answer N01', async () => {
-      const res = await api().post('/v1/instances/remote/exec').set(auth).buffer(true).timeout(30_000).send({ argv: ['true'] }).catch(() => null);
-      return res?.status === 503 ? res : null;
-    }, 90_000, 1000);
-    checkContract(refused);
-    expect({ code: refused.body.error.code, retryAfter: refused.headers['retry-after'] }).toEqual({ code: 'N01', retryAfter: '30' });
-    expect(onWorker()).toHaveLength(1);
+  it('reaches every machine from either replica', async () => {
+    for (const name of ['one', 'two']) {
+      expect(await exec(name, ['sh', '-c', `echo ${name} > /tmp/marker && cat /tmp/marker`], 1)).toBe(`${name}\n`);
+      expect(await exec(name, ['cat', '/tmp/marker'], 0)).toBe(`${name}\n`);
+    }
+  });
 
-    // The link is back: the same machine answers again (same boot), and no copy of it was made.
-    execFileSync('ip', ['link', 'set', network.hostLink, 'up']);
-    const back = await waitUntil('the machine to answer again', () => execOf(api, auth, 'remote', ['cat', '/tmp/marker', '/proc/sys/kernel/random/boot_id']).catch(() => null), 120_000, 1000);
-    expect(back).toBe(`kept\n${bootId}\n`);
-    expect(onWorker()).toHaveLength(1);
+  it('answers N01 for the machine of a worker whose link is down, serves the other, and finds the machine unchanged when the link is back', async () => {
+    const far = hosts.find((host) => host.name === 'far')!;
+    const [cut, other] = workerOf('one') === far ? ['one', 'two'] : ['two', 'one'];
+    const bootId = await bootOf(cut);
+    execFileSync('ip', ['link', 'set', far.network.hostLink, 'down']);
+    try {
+      const refused = await waitUntil('a call for the cut-off worker\'s machine to answer N01', async () => {
+        const res = await api(1).post(`/v1/instances/${cut}/exec`).set(auth).buffer(true).timeout(30_000).send({ argv: ['true'] }).catch(() => null);
+        return res?.status === 503 ? res : null;
+      }, 90_000, 1000);
+      checkContract(refused);
+      expect({ code: refused.body.error.code, retryAfter: refused.headers['retry-after'] }).toEqual({ code: 'N01', retryAfter: '30' });
+      expect(await exec(other, ['cat', '/tmp/marker'])).toBe(`${other}\n`); // the other host is not affected
+      await waitUntil('the workers list to say far does not answer', () => /far .* no /.test(admin('workers')), 60_000, 1000);
+    } finally {
+      execFileSync('ip', ['link', 'set', far.network.hostLink, 'up']);
+    }
+    expect(await execWhenBack(cut, ['cat', '/tmp/marker', '/proc/sys/kernel/random/boot_id'])).toBe(`${cut}\n${bootId}\n`);
+    expect(qemusOn(far)).toHaveLength(1); // no second copy
+  });
 
-    // Deleted: the worker removes its machine; the worker can then be forgotten.
-    await api().delete('/v1/instances/remote').set(auth).expect(checkContract);
-    await waitUntil('the machine to be gone from the worker', () => onWorker().length === 0, 120_000, 500);
-    await waitUntil('the instance row to be gone', async () => (await api().get('/v1/instances/remote').set(auth)).status === 404, 60_000, 500);
-    admin('worker-remove', '--name', 'far');
-    expect(admin('workers')).not.toMatch(/far/);
+  it('finishes a restart that a kill -9 of its worker cut short: the machine ends running, booted anew', async () => {
+    const host = workerOf('one')!;
+    const bootId = await bootOf('one');
+    const [oldQemu] = qemusOn(host).map((p) => p.pid);
+    const restart = api().post('/v1/instances/one/restart').set(auth).send({}).then((res) => res);
+    await waitUntil('the new QEMU to boot', () => (qemusOn(host).length === 1 && qemusOn(host)[0]!.pid !== oldQemu) || null, 120_000, 50);
+    killWorker(host);
+    expect([200, 202, 503]).toContain((await restart).status);
+    const refused = await api().post('/v1/instances/one/exec').set(auth).buffer(true).send({ argv: ['true'] });
+    expect(refused.status).toBe(503);
+    await startWorker(host);
+    await waitUntil('the restart to end running', async () => {
+      const res = await api().get('/v1/instances/one').set(auth).expect(checkContract);
+      if (res.body.status === 'error') throw new Error(`the restart ended in error: ${JSON.stringify(res.body)}`);
+      return res.body.status === 'running' ? res : null;
+    }, 300_000, 500);
+    expect((await execWhenBack('one', ['cat', '/proc/sys/kernel/random/boot_id'])).trim()).not.toBe(bootId);
+    expect(qemusOn(host)).toHaveLength(1);
+  });
+
+  it('finishes a create that a kill -9 of its worker cut short: N01 meanwhile, then running', async () => {
+    const host = workerOf('two')!;
+    await api().delete('/v1/instances/two').set(auth).expect(checkContract);
+    await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/two').set(auth)).status === 404, 120_000, 500);
+    expect(qemusOn(host)).toHaveLength(0);
+    // The only worker with room is the one just emptied.
+    const create = api().post('/v1/instances').set(auth).send({ ...MACHINE, name: 'again' }).then((res) => res);
+    await waitUntil('its QEMU to start', () => qemusOn(host).length === 1 || null, 120_000, 50);
+    killWorker(host);
+    const answered = await create;
+    checkContract(answered);
+    expect({ status: answered.status, code: answered.body.error?.code }).toEqual({ status: 503, code: 'N01' });
+    await startWorker(host);
+    await waitUntil('the create to end running', async () => {
+      const res = await api().get('/v1/instances/again').set(auth).expect(checkContract).expect(200);
+      if (res.body.status === 'error') throw new Error(`the create ended in error: ${JSON.stringify(res.body)}`);
+      return res.body.status === 'running' ? res : null;
+    }, 300_000, 500);
+    expect(await execWhenBack('again', ['echo', 'made'])).toBe('made\n');
+    expect(workerOf('again')).toBe(host);
+    expect(qemusOn(host)).toHaveLength(1);
+  });
+
+  it('removes a worker only once no machine lives on it', async () => {
+    const host = workerOf('again')!;
+    expect(() => admin('worker-remove', '--name', host.name)).toThrow(/machines still live/);
+    await api().delete('/v1/instances/again').set(auth).expect(checkContract);
+    await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/again').set(auth)).status === 404, 120_000, 500);
+    await waitUntil('its QEMU to end', () => qemusOn(host).length === 0 || null, 30_000);
+    admin('worker-remove', '--name', host.name);
+    expect(admin('workers')).not.toMatch(new RegExp(`^${host.name} `, 'm'));
   });
 });

@@ -14,6 +14,7 @@ import { createApp } from '../../src/http/app';
 import { servesHttps } from '../../src/http/browser-edges';
 import { cookieName } from '../../src/http/cookies';
 import { createServices, Services, type ServiceOptions } from '../../src/services';
+import { PostgresReplicaPresence, SoleReplica } from '../../src/db/replica-presence';
 import type { Account } from '../../src/store/accounts';
 import { checkContract } from './contract';
 import { openDatabase } from '../../src/db/database';
@@ -78,7 +79,11 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const logger = options.log
     ? pino({ level: 'debug' }, { write: (line: string) => options.log!(line) })
     : pino({ level: 'silent' });
+  // Replicas on one PostgreSQL see each other as the service's do (operations' owners).
+  const replicas = database.url ? new PostgresReplicaPresence(database.url) : new SoleReplica();
+  if (replicas instanceof PostgresReplicaPresence) await replicas.start();
   const services = createServices(config, database, {
+    replicas,
     logger: options.log ? logger : undefined,
     clock: options.clock,
     deletionSteps: options.deletionSteps,
@@ -115,6 +120,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
         await services.compute.stop(); // its machines' network rules stay, as the service leaves them
         await new Promise((resolve) => execFile('nft', ['delete', 'table', 'inet', egressTable(config.machineUidBase)], resolve));
       }
+      await replicas.close();
       await database.close();
       rmSync(dataDir, { recursive: true, force: true });
     },

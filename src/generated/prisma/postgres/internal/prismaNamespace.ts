@@ -2423,6 +2423,7 @@ export const InstanceScalarFieldEnum = {
   operation: 'operation',
   operationStartedAt: 'operationStartedAt',
   operationInput: 'operationInput',
+  operationOwner: 'operationOwner',
   errorMessage: 'errorMessage',
   workerId: 'workerId',
   createdAt: 'createdAt',

@@ -65,6 +65,7 @@ export type InstanceMinAggregateOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date | null
@@ -96,6 +97,7 @@ export type InstanceMaxAggregateOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date | null
@@ -130,6 +132,7 @@ export type InstanceCountAggregateOutputType = {
   operation: number
   operationStartedAt: number
   operationInput: number
+  operationOwner: number
   errorMessage: number
   workerId: number
   createdAt: number
@@ -177,6 +180,7 @@ export type InstanceMinAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -208,6 +212,7 @@ export type InstanceMaxAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -242,6 +247,7 @@ export type InstanceCountAggregateInputType = {
   operation?: true
   operationStartedAt?: true
   operationInput?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -363,6 +369,7 @@ export type InstanceGroupByOutputType = {
   operation: string | null
   operationStartedAt: Date | null
   operationInput: runtime.JsonValue | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date
@@ -420,6 +427,7 @@ export type InstanceWhereInput = {
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -460,6 +468,7 @@ export type InstanceOrderByWithRelationInput = {
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -504,6 +513,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -544,6 +554,7 @@ export type InstanceOrderByWithAggregationInput = {
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -586,6 +597,7 @@ export type InstanceScalarWhereWithAggregatesInput = {
   operation?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
+  operationOwner?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
@@ -619,6 +631,7 @@ export type InstanceCreateInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -658,6 +671,7 @@ export type InstanceUncheckedCreateInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -695,6 +709,7 @@ export type InstanceUpdateInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -734,6 +749,7 @@ export type InstanceUncheckedUpdateInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -772,6 +788,7 @@ export type InstanceCreateManyInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -805,6 +822,7 @@ export type InstanceUpdateManyMutationInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -838,6 +856,7 @@ export type InstanceUncheckedUpdateManyInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -887,6 +906,7 @@ export type InstanceCountOrderByAggregateInput = {
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
   operationInput?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -925,6 +945,7 @@ export type InstanceMaxOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -956,6 +977,7 @@ export type InstanceMinOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -1145,6 +1167,7 @@ export type InstanceCreateWithoutAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1182,6 +1205,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1249,6 +1273,7 @@ export type InstanceScalarWhereInput = {
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -1282,6 +1307,7 @@ export type InstanceCreateWithoutCommandsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1320,6 +1346,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1372,6 +1399,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1410,6 +1438,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1446,6 +1475,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1484,6 +1514,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1536,6 +1567,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1574,6 +1606,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1610,6 +1643,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1648,6 +1682,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1700,6 +1735,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1738,6 +1774,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1774,6 +1811,7 @@ export type InstanceCreateWithoutSetupInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1812,6 +1850,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1864,6 +1903,7 @@ export type InstanceUpdateWithoutSetupInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1902,6 +1942,7 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1938,6 +1979,7 @@ export type InstanceCreateWithoutWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1976,6 +2018,7 @@ export type InstanceUncheckedCreateWithoutWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -2038,6 +2081,7 @@ export type InstanceCreateManyAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -2071,6 +2115,7 @@ export type InstanceUpdateWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2108,6 +2153,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2145,6 +2191,7 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2179,6 +2226,7 @@ export type InstanceCreateManyWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -2211,6 +2259,7 @@ export type InstanceUpdateWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2249,6 +2298,7 @@ export type InstanceUncheckedUpdateWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2286,6 +2336,7 @@ export type InstanceUncheckedUpdateManyWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2368,6 +2419,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2409,6 +2461,7 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2445,6 +2498,7 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2481,13 +2535,14 @@ export type InstanceSelectScalar = {
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "operationOwner" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
@@ -2584,6 +2639,11 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      * fork); cleared with the operation.
      */
     operationInput: runtime.JsonValue | null
+    /**
+     * The control-plane replica that runs the operation: another replica finishes it only once that
+     * one is gone (src/db/replica-presence.ts).
+     */
+    operationOwner: string | null
     errorMessage: string | null
     /**
      * The registered worker that runs it (several hosts); null: the control plane's own local worker.
@@ -3047,6 +3107,7 @@ export interface InstanceFieldRefs {
   readonly operation: Prisma.FieldRef<"Instance", 'String'>
   readonly operationStartedAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly operationInput: Prisma.FieldRef<"Instance", 'Json'>
+  readonly operationOwner: Prisma.FieldRef<"Instance", 'String'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
   readonly workerId: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>

@@ -2420,6 +2420,7 @@ export const InstanceScalarFieldEnum = {
   operation: 'operation',
   operationStartedAt: 'operationStartedAt',
   operationInput: 'operationInput',
+  operationOwner: 'operationOwner',
   errorMessage: 'errorMessage',
   workerId: 'workerId',
   createdAt: 'createdAt',

@@ -258,6 +258,7 @@ export const InstanceScalarFieldEnum = {
   operation: 'operation',
   operationStartedAt: 'operationStartedAt',
   operationInput: 'operationInput',
+  operationOwner: 'operationOwner',
   errorMessage: 'errorMessage',
   workerId: 'workerId',
   createdAt: 'createdAt',

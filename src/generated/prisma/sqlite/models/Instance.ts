@@ -65,6 +65,7 @@ export type InstanceMinAggregateOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date | null
@@ -96,6 +97,7 @@ export type InstanceMaxAggregateOutputType = {
   setupError: string | null
   operation: string | null
   operationStartedAt: Date | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date | null
@@ -130,6 +132,7 @@ export type InstanceCountAggregateOutputType = {
   operation: number
   operationStartedAt: number
   operationInput: number
+  operationOwner: number
   errorMessage: number
   workerId: number
   createdAt: number
@@ -177,6 +180,7 @@ export type InstanceMinAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -208,6 +212,7 @@ export type InstanceMaxAggregateInputType = {
   setupError?: true
   operation?: true
   operationStartedAt?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -242,6 +247,7 @@ export type InstanceCountAggregateInputType = {
   operation?: true
   operationStartedAt?: true
   operationInput?: true
+  operationOwner?: true
   errorMessage?: true
   workerId?: true
   createdAt?: true
@@ -363,6 +369,7 @@ export type InstanceGroupByOutputType = {
   operation: string | null
   operationStartedAt: Date | null
   operationInput: runtime.JsonValue | null
+  operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
   createdAt: Date
@@ -420,6 +427,7 @@ export type InstanceWhereInput = {
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -460,6 +468,7 @@ export type InstanceOrderByWithRelationInput = {
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -504,6 +513,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -544,6 +554,7 @@ export type InstanceOrderByWithAggregationInput = {
   operation?: Prisma.SortOrderInput | Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   operationInput?: Prisma.SortOrderInput | Prisma.SortOrder
+  operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -586,6 +597,7 @@ export type InstanceScalarWhereWithAggregatesInput = {
   operation?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableWithAggregatesFilter<"Instance">
+  operationOwner?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
@@ -619,6 +631,7 @@ export type InstanceCreateInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -658,6 +671,7 @@ export type InstanceUncheckedCreateInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -695,6 +709,7 @@ export type InstanceUpdateInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -734,6 +749,7 @@ export type InstanceUncheckedUpdateInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -772,6 +788,7 @@ export type InstanceCreateManyInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -805,6 +822,7 @@ export type InstanceUpdateManyMutationInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -838,6 +856,7 @@ export type InstanceUncheckedUpdateManyInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -887,6 +906,7 @@ export type InstanceCountOrderByAggregateInput = {
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
   operationInput?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -925,6 +945,7 @@ export type InstanceMaxOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -956,6 +977,7 @@ export type InstanceMinOrderByAggregateInput = {
   setupError?: Prisma.SortOrder
   operation?: Prisma.SortOrder
   operationStartedAt?: Prisma.SortOrder
+  operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -1145,6 +1167,7 @@ export type InstanceCreateWithoutAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1182,6 +1205,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1248,6 +1272,7 @@ export type InstanceScalarWhereInput = {
   operation?: Prisma.StringNullableFilter<"Instance"> | string | null
   operationStartedAt?: Prisma.DateTimeNullableFilter<"Instance"> | Date | string | null
   operationInput?: Prisma.JsonNullableFilter<"Instance">
+  operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
@@ -1281,6 +1306,7 @@ export type InstanceCreateWithoutCommandsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1319,6 +1345,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1371,6 +1398,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1409,6 +1437,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1445,6 +1474,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1483,6 +1513,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1535,6 +1566,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1573,6 +1605,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1609,6 +1642,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1647,6 +1681,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1699,6 +1734,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1737,6 +1773,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1773,6 +1810,7 @@ export type InstanceCreateWithoutSetupInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1811,6 +1849,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -1863,6 +1902,7 @@ export type InstanceUpdateWithoutSetupInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1901,6 +1941,7 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1937,6 +1978,7 @@ export type InstanceCreateWithoutWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1975,6 +2017,7 @@ export type InstanceUncheckedCreateWithoutWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -2036,6 +2079,7 @@ export type InstanceCreateManyAccountInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
   createdAt?: Date | string
@@ -2069,6 +2113,7 @@ export type InstanceUpdateWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2106,6 +2151,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2143,6 +2189,7 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2177,6 +2224,7 @@ export type InstanceCreateManyWorkerInput = {
   operation?: string | null
   operationStartedAt?: Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
   errorMessage?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -2209,6 +2257,7 @@ export type InstanceUpdateWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2247,6 +2296,7 @@ export type InstanceUncheckedUpdateWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2284,6 +2334,7 @@ export type InstanceUncheckedUpdateManyWithoutWorkerInput = {
   operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2366,6 +2417,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2407,6 +2459,7 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2443,6 +2496,7 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
@@ -2479,13 +2533,14 @@ export type InstanceSelectScalar = {
   operation?: boolean
   operationStartedAt?: boolean
   operationInput?: boolean
+  operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "operationOwner" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
@@ -2582,6 +2637,11 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      * fork); cleared with the operation.
      */
     operationInput: runtime.JsonValue | null
+    /**
+     * The control-plane replica that runs the operation: another replica finishes it only once that
+     * one is gone (src/db/replica-presence.ts).
+     */
+    operationOwner: string | null
     errorMessage: string | null
     /**
      * The registered worker that runs it (several hosts); null: the control plane's own local worker.
@@ -3045,6 +3105,7 @@ export interface InstanceFieldRefs {
   readonly operation: Prisma.FieldRef<"Instance", 'String'>
   readonly operationStartedAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly operationInput: Prisma.FieldRef<"Instance", 'Json'>
+  readonly operationOwner: Prisma.FieldRef<"Instance", 'String'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
   readonly workerId: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>

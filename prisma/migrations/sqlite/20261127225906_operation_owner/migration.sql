@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Instance" ADD COLUMN "operationOwner" TEXT;
