@@ -25,7 +25,7 @@ const base = {
 const ONE_DATABASE = [
   '<rootDir>/test/(unit|agent|compute|images)/',
   '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|recovery-midway|worker-machines|worker-display|local-worker)\\.test\\.ts$',
-  '<rootDir>/test/integration/worker-process\\.test\\.ts$', // no database: the worker never opens one
+  '<rootDir>/test/integration/(worker-process|worker-tls)\\.test\\.ts$', // no database: the worker never opens one
   '<rootDir>/test/console/desktop-viewer\\.test\\.ts$',
 ];
 // Suites that run once, in the postgres project: several hosts need PostgreSQL (placement under its

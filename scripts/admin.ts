@@ -34,7 +34,10 @@ several hosts (KISTE_COMPUTE=workers; PostgreSQL when there is more than one con
   worker-drain --name N | worker-activate --name N
       A draining worker takes no new machines; its machines run on. Activate takes it back.
   worker-remove --name N
-      Forgets a worker no machine lives on.
+      Forgets a drained worker no machine lives on.
+  worker-repin --name N
+      After the worker's TLS certificate was renewed: the next contact pins the one it presents
+      (the worker's signed hello must name it).
   machines
       Lists every machine and the worker it lives on.
 
@@ -77,6 +80,7 @@ const OPTIONS_OF: Record<string, readonly string[]> = {
   'worker-drain': ['name'],
   'worker-activate': ['name'],
   'worker-remove': ['name'],
+  'worker-repin': ['name'],
   machines: [],
 };
 
@@ -268,6 +272,9 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
         say(`worker ${(await workers.drain(requireName(parsed))).name} takes no new machines now`);
       } else if (parsed.command === 'worker-activate') {
         say(`worker ${(await workers.activate(requireName(parsed))).name} takes new machines again`);
+      } else if (parsed.command === 'worker-repin') {
+        await workers.repin(requireName(parsed));
+        say(`worker ${parsed.name}: the certificate it presents next is pinned`);
       } else if (parsed.command === 'worker-remove') {
         await workers.remove(requireName(parsed));
         say(`worker ${parsed.name} removed`);

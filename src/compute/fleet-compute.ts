@@ -24,6 +24,15 @@ import { WorkerMachineHost } from './worker-machine-host';
 const HEARTBEAT_MS = 5_000;
 /** The protocol this control plane speaks; a worker that says another is not used. */
 const PROTOCOL_VERSION = 1;
+/** A heartbeat's hello: far below the lease (30 s), so a slow worker loses only its own. */
+const HELLO_MS = 4_000;
+/** Other calls' default deadline (machine operations give their own). */
+const CALL_MS = 10_000;
+
+function withDeadline<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new WorkerUnreachableError(message)), ms)))]).finally(() => clearTimeout(timer));
+}
 
 /** A worker as the compute layer calls it: where, with which secret, trusting which certificate. */
 export interface RegisteredWorker {
@@ -94,6 +103,10 @@ export class FleetMachineHost implements ServiceHost {
     return this.up().length > 0;
   }
 
+  reachableFor(workerId: string | null): boolean {
+    return workerId !== null && Boolean(this.members.get(workerId)?.client);
+  }
+
   /**
    * One round of heartbeats: every registered worker is asked its hello (first contact pins its
    * certificate); the ids of the workers that came back (or were restarted) are returned.
@@ -116,14 +129,15 @@ export class FleetMachineHost implements ServiceHost {
       let hello: WorkerHello;
       let pinned: string | undefined;
       if (worker.certificatePem === null) {
-        const introduced = await introduceWorker(worker.address, worker.secret);
+        const introduced = await introduceWorker(worker.address, worker.secret, HELLO_MS);
         hello = introduced.hello;
         pinned = introduced.certificatePem;
         worker.certificatePem = pinned;
         this.settings.logger.info({ worker: worker.name, fingerprint: hello.tls_fingerprint }, 'first contact with a worker: its certificate is pinned');
       }
-      const client = member.client ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: 10_000 });
-      hello = await client.hello();
+      const client = member.client ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: CALL_MS });
+      // A short deadline of its own: one worker that is slow to answer must not hold back the other workers' leases.
+      hello = await withDeadline(client.hello(), HELLO_MS, `the worker did not answer its hello within ${HELLO_MS} ms`);
       if (hello.protocol_version !== PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${PROTOCOL_VERSION}`);
       await this.settings.registry.answered(worker.id, {
         offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
@@ -133,7 +147,7 @@ export class FleetMachineHost implements ServiceHost {
       const back = member.client === null || member.run !== hello.started_at;
       member.client = client;
       member.run = hello.started_at;
-      await member.images.refresh(this.settings.profile).catch(() => null);
+      void member.images.refresh(this.settings.profile).catch(() => null); // read at its own pace
       if (back) this.settings.logger.info({ worker: worker.name }, 'worker answers: its machines are adopted and what it cut short is finished');
       return back;
     } catch (error) {

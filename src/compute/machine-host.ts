@@ -86,6 +86,8 @@ export interface HostChecks {
   readonly accelerator: Accelerator;
   /** False while the host cannot be reached at all (a worker being started again): its calls would fail at once with HostUnreachableError. */
   reachable(): boolean;
+  /** Whether the host of a machine placed on `workerId` answers now (several hosts: that worker; otherwise the same as reachable()). */
+  reachableFor(workerId: string | null): boolean;
   /** Null when machines can start in their jail (own user, files, network rules); else why not and what to do. */
   isolationProblem(): Promise<{ reason: string; hint: string } | null>;
   /** What the host can still take (the domain checks new and starting machines against it). */

@@ -156,6 +156,10 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /** In the process that asks: always. */
+  reachableFor(): boolean {
+    return this.reachable();
+  }
+
   reachable(): boolean {
     return true;
   }

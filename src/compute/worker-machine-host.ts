@@ -41,6 +41,10 @@ export class WorkerMachineHost implements MachineHost, DisplayHost {
     return this.knownAccelerator;
   }
 
+  reachableFor(): boolean {
+    return this.reachable();
+  }
+
   reachable(): boolean {
     return this.worker.reachable();
   }

@@ -71,7 +71,7 @@ export interface LifecycleAnswer {
 }
 
 /** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, capacity, a ready image). */
-type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
+type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity' | 'reachableFor'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
 
 export class Instances {
   readonly operations: InstanceOperations;
@@ -279,6 +279,8 @@ export class Instances {
   async running(accountId: string, name: string): Promise<Instance> {
     const instance = await this.get(accountId, name);
     if (instance.status !== 'running') throw new KisteError('K03', { message: `Instance ${name} is ${instance.status}, not running` });
+    // A stream (exec, tunnel, terminal) must not begin towards a host that does not answer: N01 now, not an error inside the stream.
+    if (!this.host.reachableFor(instance.workerId)) throw new KisteError('N01', { message: `The host of instance ${name} cannot be reached right now; the machine runs on` });
     return instance;
   }
 

@@ -47,6 +47,11 @@ export class Workers implements WorkerRegistry {
     return worker.leaseUntil !== null && worker.leaseUntil > this.clock.now();
   }
 
+  /** Forgets the pinned certificate (the worker's was renewed): the next contact pins the new one, which the worker's signed hello must name. */
+  async repin(name: string): Promise<void> {
+    await this.store.unpin((await this.named(name)).id);
+  }
+
   async drain(name: string): Promise<Worker> {
     return this.setState(name, 'draining');
   }
@@ -57,6 +62,8 @@ export class Workers implements WorkerRegistry {
 
   async remove(name: string): Promise<void> {
     const worker = await this.named(name);
+    // Draining first: placement never picks it then, so no create races the removal.
+    if (worker.state !== 'draining') throw new WorkerAdminError(`drain ${name} first (npm run admin -- worker-drain --name ${name})`);
     if (!(await this.store.remove(worker.id))) throw new WorkerAdminError(`machines still live on ${name}: delete or move them first`);
   }
 
@@ -71,13 +78,13 @@ export class Workers implements WorkerRegistry {
   }
 
   async answered(id: string, contact: WorkerContact): Promise<void> {
+    if (contact.certificatePem && !(await this.store.pin(id, contact.certificatePem))) throw new WorkerAdminError('another replica pinned this worker\'s certificate first');
     await this.store.renewLease(id, {
       leaseUntil: new Date(this.clock.now().getTime() + WORKER_LEASE_MS),
       vcpu: contact.offer.vcpu,
       memoryMib: contact.offer.memoryMib,
       diskMib: contact.offer.diskMib,
       protocolVersion: contact.protocolVersion,
-      ...(contact.certificatePem ? { certificatePem: contact.certificatePem } : {}),
     });
   }
 

@@ -39,8 +39,19 @@ export class WorkerStore {
   }
 
   /** The worker answered its heartbeat: its lease runs until `leaseUntil`, and what it offers is what it said. */
-  async renewLease(id: string, data: { leaseUntil: Date; vcpu: number; memoryMib: number; diskMib: number; protocolVersion: number; certificatePem?: string }): Promise<void> {
+  async renewLease(id: string, data: { leaseUntil: Date; vcpu: number; memoryMib: number; diskMib: number; protocolVersion: number }): Promise<void> {
     await this.db.worker.update({ where: { id }, data: { ...data, lastError: null } });
+  }
+
+  /** Pins the worker's certificate, unless one is pinned already (a replica that pinned first wins); false then. */
+  async pin(id: string, certificatePem: string): Promise<boolean> {
+    const { count } = await this.db.worker.updateMany({ where: { id, certificatePem: null }, data: { certificatePem } });
+    return count === 1;
+  }
+
+  /** Forgets the pinned certificate: the next contact pins the one the worker presents (and names in its signed hello). */
+  async unpin(id: string): Promise<void> {
+    await this.db.worker.update({ where: { id }, data: { certificatePem: null } });
   }
 
   /** The heartbeat failed: the lease is left to run out; why is kept for the operator. */

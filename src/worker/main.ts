@@ -25,6 +25,8 @@ async function main(): Promise<void> {
   try {
     config = loadConfig();
     settings = workerSettingsOf(config);
+    // The token gives the secret: no child process (nft, qemu-img, the image builder) inherits it.
+    delete process.env.KISTE_WORKER_JOIN_TOKEN;
     mkdirSync(config.dataDir, { recursive: true });
     secret = readWorkerSecret(settings.secretFile, { create: true, ...(settings.joinedSecret ? { joined: settings.joinedSecret } : {}) });
   } catch (error) {
