@@ -12,6 +12,7 @@ import { MIN_PASSWORD_LENGTH } from '../src/domain/accounts';
 import { KisteError } from '../src/errors';
 import { createServices, type Services } from '../src/services';
 import { WorkerAdminError } from '../src/domain/workers';
+import { offerOf } from '../src/store/workers';
 
 const USAGE = `usage: npm run admin -- <command> [options]
 
@@ -26,9 +27,10 @@ commands:
       Lists every account: id, e-mail, name, created, state.
 
 several hosts (KISTE_COMPUTE=workers; PostgreSQL when there is more than one control plane):
-  worker-add --name N --address https://HOST:PORT
+  worker-add --name N --address https://HOST:PORT [--vcpus V] [--memory-mib M] [--disk-mib D]
       Registers a worker and prints its join token on stdout, once: start kiste-worker on that
-      host with KISTE_WORKER_JOIN_TOKEN=<token> and KISTE_WORKER_LISTEN=<addr:port>.
+      host with KISTE_WORKER_JOIN_TOKEN=<token> and KISTE_WORKER_LISTEN=<addr:port>. The sizes are
+      a ceiling on what placement gives it, whatever the worker says it offers.
   workers
       Lists the workers: name, address, state, whether it answers, what it offers, its machines.
   worker-drain --name N | worker-activate --name N
@@ -69,13 +71,16 @@ interface Parsed {
   label?: string;
   days?: string;
   address?: string;
+  vcpus?: string;
+  'memory-mib'?: string;
+  'disk-mib'?: string;
 }
 
 const OPTIONS_OF: Record<string, readonly string[]> = {
   'create-account': ['email', 'name'],
   'mint-key': ['email', 'label', 'days'],
   'list-accounts': [],
-  'worker-add': ['name', 'address'],
+  'worker-add': ['name', 'address', 'vcpus', 'memory-mib', 'disk-mib'],
   workers: [],
   'worker-drain': ['name'],
   'worker-activate': ['name'],
@@ -97,6 +102,9 @@ function parse(argv: string[]): Parsed | 'help' {
         label: { type: 'string' },
         days: { type: 'string' },
         address: { type: 'string' },
+        vcpus: { type: 'string' },
+        'memory-mib': { type: 'string' },
+        'disk-mib': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -254,6 +262,14 @@ function printTable(header: string[], rows: string[][]): void {
   process.stdout.write([line(header), ...rows.map(line)].join('\n') + '\n');
 }
 
+/** A size option: a whole number up to what a database column holds; undefined when not given. */
+function size(parsed: Parsed, option: 'vcpus' | 'memory-mib' | 'disk-mib'): number | undefined {
+  const value = parsed[option];
+  if (value === undefined) return undefined;
+  if (!/^\d{1,10}$/.test(value) || Number(value) > 2 ** 31 - 1) throw new UsageError(`--${option} must be a whole number, got '${value}'`);
+  return Number(value);
+}
+
 function requireName(parsed: Parsed): string {
   if (!parsed.name) throw new UsageError(`${parsed.command} needs --name`);
   return parsed.name;
@@ -265,7 +281,8 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
     try {
       if (parsed.command === 'worker-add') {
         if (!parsed.address) throw new UsageError('worker-add needs --address https://HOST:PORT');
-        const { worker, joinToken } = await workers.add(requireName(parsed), parsed.address);
+        const ceiling = { vcpu: size(parsed, 'vcpus'), memoryMib: size(parsed, 'memory-mib'), diskMib: size(parsed, 'disk-mib') };
+        const { worker, joinToken } = await workers.add(requireName(parsed), parsed.address, ceiling);
         process.stdout.write(`${joinToken}\n`);
         say(`registered worker ${worker.name} at ${worker.address}; start it with KISTE_WORKER_JOIN_TOKEN set to the token above (shown once)`);
       } else if (parsed.command === 'worker-drain') {
@@ -281,12 +298,12 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
       } else if (parsed.command === 'workers') {
         const list = await workers.list();
         const loads = await workers.loads(list.map((worker) => worker.id));
-        printTable(['NAME', 'ADDRESS', 'STATE', 'ANSWERS', 'OFFERS (VCPU/MEM/DISK MIB)', 'MACHINES', 'LAST ERROR'], list.map((worker) => [
+        printTable(['NAME', 'ADDRESS', 'STATE', 'ANSWERS', 'PLACES UP TO (VCPU/MEM/DISK MIB)', 'MACHINES', 'LAST ERROR'], list.map((worker) => [
           worker.name,
           worker.address,
           worker.state,
           workers.isLive(worker) ? 'yes' : 'no',
-          `${worker.vcpu}/${worker.memoryMib}/${worker.diskMib}`,
+          ((offer) => `${offer.vcpu}/${offer.memoryMib}/${offer.diskMib}`)(offerOf(worker)),
           String(loads.get(worker.id)?.machines ?? 0),
           worker.lastError ?? '-',
         ]));

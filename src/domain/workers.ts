@@ -19,13 +19,16 @@ export class Workers implements WorkerRegistry {
   constructor(private readonly store: WorkerStore, private readonly secrets: SecretBox, private readonly clock: Clock) {}
 
   /** Registers a worker at `address` (https://host:port); the join token is shown once, to start the worker with. */
-  async add(name: string, address: string): Promise<{ worker: Worker; joinToken: string }> {
+  async add(name: string, address: string, ceiling: { vcpu?: number; memoryMib?: number; diskMib?: number } = {}): Promise<{ worker: Worker; joinToken: string }> {
     if (!NAME.test(name)) throw new WorkerAdminError('a worker name is 1 to 63 lower-case letters, digits and dashes, starting with a letter');
     const url = checkedAddress(address);
     if (await this.store.findByName(name)) throw new WorkerAdminError(`a worker named ${name} is registered already`);
     const joinToken = newJoinToken();
     const id = newId();
-    const worker = await this.store.add({ id, name, address: url, sealedSecret: this.secrets.seal(workerSecretOf(joinToken).toString('hex'), id) });
+    const worker = await this.store.add({
+      id, name, address: url, sealedSecret: this.secrets.seal(workerSecretOf(joinToken).toString('hex'), id),
+      maxVcpu: ceiling.vcpu ?? null, maxMemoryMib: ceiling.memoryMib ?? null, maxDiskMib: ceiling.diskMib ?? null,
+    });
     return { worker, joinToken };
   }
 

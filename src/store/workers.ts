@@ -22,7 +22,7 @@ export interface WorkerLoad extends Shape {
 export class WorkerStore {
   constructor(private readonly db: Db, private readonly provider: 'sqlite' | 'postgresql') {}
 
-  add(data: { id: string; name: string; address: string; sealedSecret: string }): Promise<Worker> {
+  add(data: { id: string; name: string; address: string; sealedSecret: string; maxVcpu?: number | null; maxMemoryMib?: number | null; maxDiskMib?: number | null }): Promise<Worker> {
     return this.db.worker.create({ data });
   }
 
@@ -106,7 +106,8 @@ export class WorkerStore {
     let best: { id: string; memoryLeft: number } | null = null;
     for (const worker of candidates) {
       const load = loads.get(worker.id) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
-      const left = { vcpu: worker.vcpu - load.vcpu - shape.vcpu, memoryMib: worker.memoryMib - load.memoryMib - shape.memoryMib, diskMib: worker.diskMib - load.diskMib - shape.diskMib };
+      const offer = offerOf(worker);
+      const left = { vcpu: offer.vcpu - load.vcpu - shape.vcpu, memoryMib: offer.memoryMib - load.memoryMib - shape.memoryMib, diskMib: offer.diskMib - load.diskMib - shape.diskMib };
       if (left.vcpu < 0 || left.memoryMib < 0 || left.diskMib < 0) continue;
       if (!best || left.memoryMib > best.memoryLeft) best = { id: worker.id, memoryLeft: left.memoryMib };
     }
@@ -120,7 +121,8 @@ export class WorkerStore {
     const others = await this.db.instance.findMany({ where: { workerId, desiredState: 'running', id: { not: instanceId } }, select: { vcpu: true, memoryMib: true } });
     const vcpu = others.reduce((sum, row) => sum + row.vcpu, 0) + shape.vcpu;
     const memoryMib = others.reduce((sum, row) => sum + row.memoryMib, 0) + shape.memoryMib;
-    return vcpu <= worker.vcpu && memoryMib <= worker.memoryMib;
+    const offer = offerOf(worker);
+    return vcpu <= offer.vcpu && memoryMib <= offer.memoryMib;
   }
 
   /** Where a machine lives (null: the control plane's own host). */
@@ -140,4 +142,10 @@ export class WorkerStore {
     const rows = await this.db.instance.findMany({ where: { workerId }, select: { id: true } });
     return rows.map((row) => row.id);
   }
+}
+
+/** What placement gives a worker: what it offers, never past the operator's ceiling. */
+export function offerOf(worker: Worker): Shape {
+  const capped = (offered: number, ceiling: number | null) => (ceiling === null ? offered : Math.min(offered, ceiling));
+  return { vcpu: capped(worker.vcpu, worker.maxVcpu), memoryMib: capped(worker.memoryMib, worker.maxMemoryMib), diskMib: capped(worker.diskMib, worker.maxDiskMib) };
 }

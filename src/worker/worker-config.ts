@@ -55,9 +55,12 @@ export function workerSettingsOf(config: Config, env: NodeJS.ProcessEnv = proces
   };
 }
 
+/** What a database integer column holds (the control plane keeps the offer). */
+const MAX_COUNT = 2 ** 31 - 1;
+
 function count(name: string, value: string | undefined, fallback: () => number): number {
-  if (value === undefined || value === '') return fallback();
-  if (!/^\d{1,12}$/.test(value)) throw new ConfigError(`${name} must be a whole number, got "${value}"`);
+  if (value === undefined || value === '') return Math.min(MAX_COUNT, fallback());
+  if (!/^\d{1,10}$/.test(value) || Number(value) > MAX_COUNT) throw new ConfigError(`${name} must be a whole number up to ${MAX_COUNT}, got "${value}"`);
   return Number(value);
 }
 

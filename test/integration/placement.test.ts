@@ -92,6 +92,15 @@ describe('placement on workers', () => {
     await expect(create(first, 'c')).rejects.toMatchObject({ code: 'L13' }); // the disk is not
   });
 
+  it('never places past the operator\'s ceiling, whatever the worker says it offers', async () => {
+    const boastful = await worker('boastful', { vcpu: 100_000, memoryMib: 2 ** 31 - 1, diskMib: 2 ** 31 - 1 }, { maxMemoryMib: 1024 });
+    const honest = await worker('honest', { vcpu: 8, memoryMib: 1024, diskMib: 100_000 });
+    const placed = [await create(first, 'x'), await create(first, 'y'), await create(first, 'z'), await create(first, 'w')];
+    expect(placed.filter((id) => id === boastful)).toHaveLength(2);
+    expect(placed.filter((id) => id === honest)).toHaveLength(2);
+    await expect(create(first, 'v')).rejects.toMatchObject({ code: 'L13' });
+  });
+
   it('never oversubscribes a worker when two replicas place twenty creates at once', async () => {
     const a = await worker('a', { vcpu: 100, memoryMib: 512 * 3, diskMib: 1_000_000 });
     const b = await worker('b', { vcpu: 100, memoryMib: 512 * 4, diskMib: 1_000_000 });

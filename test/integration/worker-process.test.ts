@@ -203,7 +203,9 @@ describe('a worker that answers what does not fit', () => {
   });
 
   const client = () => new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 });
-  const hello = JSON.stringify({ protocol_version: 1, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg' });
+  const hello = JSON.stringify({
+    protocol_version: 1, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg', tls_fingerprint: null, offer: { vcpu: 4, memory_mib: 4096, disk_mib: 100000 },
+  });
 
   it('takes a well-formed signed answer (the stand-in is faithful)', async () => {
     behaviour = () => ({ status: 200, body: hello });
@@ -219,6 +221,8 @@ describe('a worker that answers what does not fit', () => {
     ['an error answer of no known shape', () => ({ status: 500, body: '{"oops":true}' })],
     ['a status the protocol does not give the operation', () => ({ status: 418, body: '{"error":{"code":"internal","message":"teapot"}}' })],
     ['a version with control characters', () => ({ status: 200, body: JSON.stringify({ ...JSON.parse(hello), worker_version: '1.0\n\u001b[2J' }) })],
+    ['an offer past what a database column holds', () => ({ status: 200, body: JSON.stringify({ ...JSON.parse(hello), offer: { vcpu: 4, memory_mib: 2 ** 31, disk_mib: 1 } }) })],
+    ['a certificate fingerprint of another form', () => ({ status: 200, body: JSON.stringify({ ...JSON.parse(hello), tls_fingerprint: 'sha256:abc' }) })],
   ])('refuses an answer that is %s', async (_what, answer) => {
     behaviour = answer;
     await expect(client().hello()).rejects.toBeInstanceOf(WorkerProtocolError);

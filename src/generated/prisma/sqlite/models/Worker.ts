@@ -34,6 +34,9 @@ export type WorkerAvgAggregateOutputType = {
   vcpu: number | null
   memoryMib: number | null
   diskMib: number | null
+  maxVcpu: number | null
+  maxMemoryMib: number | null
+  maxDiskMib: number | null
   protocolVersion: number | null
 }
 
@@ -42,6 +45,9 @@ export type WorkerSumAggregateOutputType = {
   vcpu: number | null
   memoryMib: number | null
   diskMib: number | null
+  maxVcpu: number | null
+  maxMemoryMib: number | null
+  maxDiskMib: number | null
   protocolVersion: number | null
 }
 
@@ -56,6 +62,9 @@ export type WorkerMinAggregateOutputType = {
   vcpu: number | null
   memoryMib: number | null
   diskMib: number | null
+  maxVcpu: number | null
+  maxMemoryMib: number | null
+  maxDiskMib: number | null
   leaseUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
@@ -74,6 +83,9 @@ export type WorkerMaxAggregateOutputType = {
   vcpu: number | null
   memoryMib: number | null
   diskMib: number | null
+  maxVcpu: number | null
+  maxMemoryMib: number | null
+  maxDiskMib: number | null
   leaseUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
@@ -92,6 +104,9 @@ export type WorkerCountAggregateOutputType = {
   vcpu: number
   memoryMib: number
   diskMib: number
+  maxVcpu: number
+  maxMemoryMib: number
+  maxDiskMib: number
   leaseUntil: number
   protocolVersion: number
   lastError: number
@@ -106,6 +121,9 @@ export type WorkerAvgAggregateInputType = {
   vcpu?: true
   memoryMib?: true
   diskMib?: true
+  maxVcpu?: true
+  maxMemoryMib?: true
+  maxDiskMib?: true
   protocolVersion?: true
 }
 
@@ -114,6 +132,9 @@ export type WorkerSumAggregateInputType = {
   vcpu?: true
   memoryMib?: true
   diskMib?: true
+  maxVcpu?: true
+  maxMemoryMib?: true
+  maxDiskMib?: true
   protocolVersion?: true
 }
 
@@ -128,6 +149,9 @@ export type WorkerMinAggregateInputType = {
   vcpu?: true
   memoryMib?: true
   diskMib?: true
+  maxVcpu?: true
+  maxMemoryMib?: true
+  maxDiskMib?: true
   leaseUntil?: true
   protocolVersion?: true
   lastError?: true
@@ -146,6 +170,9 @@ export type WorkerMaxAggregateInputType = {
   vcpu?: true
   memoryMib?: true
   diskMib?: true
+  maxVcpu?: true
+  maxMemoryMib?: true
+  maxDiskMib?: true
   leaseUntil?: true
   protocolVersion?: true
   lastError?: true
@@ -164,6 +191,9 @@ export type WorkerCountAggregateInputType = {
   vcpu?: true
   memoryMib?: true
   diskMib?: true
+  maxVcpu?: true
+  maxMemoryMib?: true
+  maxDiskMib?: true
   leaseUntil?: true
   protocolVersion?: true
   lastError?: true
@@ -269,6 +299,9 @@ export type WorkerGroupByOutputType = {
   vcpu: number
   memoryMib: number
   diskMib: number
+  maxVcpu: number | null
+  maxMemoryMib: number | null
+  maxDiskMib: number | null
   leaseUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
@@ -310,6 +343,9 @@ export type WorkerWhereInput = {
   vcpu?: Prisma.IntFilter<"Worker"> | number
   memoryMib?: Prisma.IntFilter<"Worker"> | number
   diskMib?: Prisma.IntFilter<"Worker"> | number
+  maxVcpu?: Prisma.IntNullableFilter<"Worker"> | number | null
+  maxMemoryMib?: Prisma.IntNullableFilter<"Worker"> | number | null
+  maxDiskMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableFilter<"Worker"> | string | null
@@ -329,6 +365,9 @@ export type WorkerOrderByWithRelationInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrderInput | Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrderInput | Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastError?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -351,6 +390,9 @@ export type WorkerWhereUniqueInput = Prisma.AtLeast<{
   vcpu?: Prisma.IntFilter<"Worker"> | number
   memoryMib?: Prisma.IntFilter<"Worker"> | number
   diskMib?: Prisma.IntFilter<"Worker"> | number
+  maxVcpu?: Prisma.IntNullableFilter<"Worker"> | number | null
+  maxMemoryMib?: Prisma.IntNullableFilter<"Worker"> | number | null
+  maxDiskMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableFilter<"Worker"> | string | null
@@ -370,6 +412,9 @@ export type WorkerOrderByWithAggregationInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrderInput | Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrderInput | Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastError?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -396,6 +441,9 @@ export type WorkerScalarWhereWithAggregatesInput = {
   vcpu?: Prisma.IntWithAggregatesFilter<"Worker"> | number
   memoryMib?: Prisma.IntWithAggregatesFilter<"Worker"> | number
   diskMib?: Prisma.IntWithAggregatesFilter<"Worker"> | number
+  maxVcpu?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
+  maxMemoryMib?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
+  maxDiskMib?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableWithAggregatesFilter<"Worker"> | string | null
@@ -414,6 +462,9 @@ export type WorkerCreateInput = {
   vcpu?: number
   memoryMib?: number
   diskMib?: number
+  maxVcpu?: number | null
+  maxMemoryMib?: number | null
+  maxDiskMib?: number | null
   leaseUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
@@ -433,6 +484,9 @@ export type WorkerUncheckedCreateInput = {
   vcpu?: number
   memoryMib?: number
   diskMib?: number
+  maxVcpu?: number | null
+  maxMemoryMib?: number | null
+  maxDiskMib?: number | null
   leaseUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
@@ -452,6 +506,9 @@ export type WorkerUpdateInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -471,6 +528,9 @@ export type WorkerUncheckedUpdateInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -490,6 +550,9 @@ export type WorkerCreateManyInput = {
   vcpu?: number
   memoryMib?: number
   diskMib?: number
+  maxVcpu?: number | null
+  maxMemoryMib?: number | null
+  maxDiskMib?: number | null
   leaseUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
@@ -508,6 +571,9 @@ export type WorkerUpdateManyMutationInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -526,6 +592,9 @@ export type WorkerUncheckedUpdateManyInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -549,6 +618,9 @@ export type WorkerCountOrderByAggregateInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
@@ -561,6 +633,9 @@ export type WorkerAvgOrderByAggregateInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
 }
 
@@ -575,6 +650,9 @@ export type WorkerMaxOrderByAggregateInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
@@ -593,6 +671,9 @@ export type WorkerMinOrderByAggregateInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
@@ -605,6 +686,9 @@ export type WorkerSumOrderByAggregateInput = {
   vcpu?: Prisma.SortOrder
   memoryMib?: Prisma.SortOrder
   diskMib?: Prisma.SortOrder
+  maxVcpu?: Prisma.SortOrder
+  maxMemoryMib?: Prisma.SortOrder
+  maxDiskMib?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
 }
 
@@ -635,6 +719,9 @@ export type WorkerCreateWithoutInstancesInput = {
   vcpu?: number
   memoryMib?: number
   diskMib?: number
+  maxVcpu?: number | null
+  maxMemoryMib?: number | null
+  maxDiskMib?: number | null
   leaseUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
@@ -653,6 +740,9 @@ export type WorkerUncheckedCreateWithoutInstancesInput = {
   vcpu?: number
   memoryMib?: number
   diskMib?: number
+  maxVcpu?: number | null
+  maxMemoryMib?: number | null
+  maxDiskMib?: number | null
   leaseUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
@@ -687,6 +777,9 @@ export type WorkerUpdateWithoutInstancesInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -705,6 +798,9 @@ export type WorkerUncheckedUpdateWithoutInstancesInput = {
   vcpu?: Prisma.IntFieldUpdateOperationsInput | number
   memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
   diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  maxVcpu?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -754,6 +850,9 @@ export type WorkerSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs =
   vcpu?: boolean
   memoryMib?: boolean
   diskMib?: boolean
+  maxVcpu?: boolean
+  maxMemoryMib?: boolean
+  maxDiskMib?: boolean
   leaseUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
@@ -774,6 +873,9 @@ export type WorkerSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extens
   vcpu?: boolean
   memoryMib?: boolean
   diskMib?: boolean
+  maxVcpu?: boolean
+  maxMemoryMib?: boolean
+  maxDiskMib?: boolean
   leaseUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
@@ -792,6 +894,9 @@ export type WorkerSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extens
   vcpu?: boolean
   memoryMib?: boolean
   diskMib?: boolean
+  maxVcpu?: boolean
+  maxMemoryMib?: boolean
+  maxDiskMib?: boolean
   leaseUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
@@ -810,6 +915,9 @@ export type WorkerSelectScalar = {
   vcpu?: boolean
   memoryMib?: boolean
   diskMib?: boolean
+  maxVcpu?: boolean
+  maxMemoryMib?: boolean
+  maxDiskMib?: boolean
   leaseUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
@@ -817,7 +925,7 @@ export type WorkerSelectScalar = {
   updatedAt?: boolean
 }
 
-export type WorkerOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "address" | "sealedSecret" | "certificatePem" | "state" | "epoch" | "vcpu" | "memoryMib" | "diskMib" | "leaseUntil" | "protocolVersion" | "lastError" | "createdAt" | "updatedAt", ExtArgs["result"]["worker"]>
+export type WorkerOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "address" | "sealedSecret" | "certificatePem" | "state" | "epoch" | "vcpu" | "memoryMib" | "diskMib" | "maxVcpu" | "maxMemoryMib" | "maxDiskMib" | "leaseUntil" | "protocolVersion" | "lastError" | "createdAt" | "updatedAt", ExtArgs["result"]["worker"]>
 export type WorkerInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   instances?: boolean | Prisma.Worker$instancesArgs<ExtArgs>
   _count?: boolean | Prisma.WorkerCountOutputTypeDefaultArgs<ExtArgs>
@@ -859,6 +967,13 @@ export type $WorkerPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs
     vcpu: number
     memoryMib: number
     diskMib: number
+    /**
+     * The operator's ceiling on what placement gives it (worker-add --vcpus …; null: its offer):
+     * a worker that says it offers more than it has does not draw every new machine.
+     */
+    maxVcpu: number | null
+    maxMemoryMib: number | null
+    maxDiskMib: number | null
     /**
      * The worker answered its heartbeat until then (a lease of 30 s renewed every 5 s).
      */
@@ -1301,6 +1416,9 @@ export interface WorkerFieldRefs {
   readonly vcpu: Prisma.FieldRef<"Worker", 'Int'>
   readonly memoryMib: Prisma.FieldRef<"Worker", 'Int'>
   readonly diskMib: Prisma.FieldRef<"Worker", 'Int'>
+  readonly maxVcpu: Prisma.FieldRef<"Worker", 'Int'>
+  readonly maxMemoryMib: Prisma.FieldRef<"Worker", 'Int'>
+  readonly maxDiskMib: Prisma.FieldRef<"Worker", 'Int'>
   readonly leaseUntil: Prisma.FieldRef<"Worker", 'DateTime'>
   readonly protocolVersion: Prisma.FieldRef<"Worker", 'Int'>
   readonly lastError: Prisma.FieldRef<"Worker", 'String'>

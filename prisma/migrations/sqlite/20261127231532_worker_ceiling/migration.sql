@@ -1,0 +1,4 @@
+-- AlterTable
+ALTER TABLE "Worker" ADD COLUMN "maxDiskMib" INTEGER;
+ALTER TABLE "Worker" ADD COLUMN "maxMemoryMib" INTEGER;
+ALTER TABLE "Worker" ADD COLUMN "maxVcpu" INTEGER;
