@@ -368,6 +368,13 @@ export class Instances {
     work: () => Promise<OperationOutcome>,
   ): Promise<LifecycleAnswer> {
     const claimed = await this.operations.claim(instance, operation, transitional);
+    if (instance.desiredState !== 'running' && transitional.desiredState === 'running') {
+      // It counts as running from its claim: starts claimed at once must still fit together.
+      await this.provisioning.placement.confirmStart(claimed).catch(async (error: unknown) => {
+        await this.stores.instances.update(instance.id, { status: instance.status, desiredState: instance.desiredState, operation: null, operationStartedAt: null });
+        throw error;
+      });
+    }
     const running = this.operations.run(claimed, work);
     const finished = await this.operations.waitAtMost(running, this.settings.lifecycleWaitMs);
     if (finished) {

@@ -13,6 +13,8 @@ export interface Placement {
   place(tx: Transaction, shape: MachineShape, source: { workerId: string | null } | null): Promise<string | null>;
   /** Before a stopped machine starts again where it lives. */
   checkStart(machine: { id: string; workerId: string | null } & MachineShape): Promise<void>;
+  /** Once its start is claimed (it counts as running): L13 when the starts claimed at once went past the room (the caller gives its claim back). */
+  confirmStart(machine: { id: string; workerId: string | null } & MachineShape): Promise<void>;
 }
 
 /** One box: the host's free memory now, beside its reserve. */
@@ -31,11 +33,16 @@ export class HostPlacement implements Placement {
   checkStart(machine: MachineShape): Promise<void> {
     return this.precheck(machine);
   }
+
+  async confirmStart(): Promise<void> {
+    // One box: the host's free memory was read before the claim; QEMU's start is what tells.
+  }
 }
 
 export interface WorkerCapacity {
   place(tx: Transaction, shape: MachineShape, now: Date, only?: string): Promise<string | null>;
   roomToStart(workerId: string, shape: MachineShape, instanceId: string): Promise<boolean>;
+  runningFit(workerId: string): Promise<boolean>;
 }
 
 /** Several hosts: the registered worker with room and a live lease, least loaded first, against what each offers. */
@@ -59,5 +66,10 @@ export class WorkerPlacement implements Placement {
   async checkStart(machine: { id: string; workerId: string | null } & MachineShape): Promise<void> {
     if (machine.workerId && (await this.workers.roomToStart(machine.workerId, machine, machine.id))) return;
     throw new KisteError('L13', { message: `The worker this machine lives on has no room for ${machine.vcpu} vCPU and ${machine.memoryMib} MiB right now` });
+  }
+
+  async confirmStart(machine: { id: string; workerId: string | null } & MachineShape): Promise<void> {
+    if (machine.workerId && (await this.workers.runningFit(machine.workerId))) return;
+    throw new KisteError('L13', { message: `The worker this machine lives on has no room for ${machine.vcpu} vCPU and ${machine.memoryMib} MiB right now (other machines started at the same time)` });
   }
 }

@@ -114,6 +114,22 @@ export class WorkerStore {
     return best?.id ?? null;
   }
 
+  /**
+   * After a start was claimed (its machine counts as running now): whether the machines driven to
+   * run on the worker still fit what it is given, read under the placement lock, so two starts
+   * claimed at once cannot both be let through past it.
+   */
+  async runningFit(workerId: string): Promise<boolean> {
+    return this.db.$transaction(async (tx) => {
+      if (this.provider === 'postgresql') await tx.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);
+      const worker = await tx.worker.findUnique({ where: { id: workerId } });
+      if (!worker) return false;
+      const load = (await this.loads([workerId], tx as unknown as Transaction)).get(workerId) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
+      const offer = offerOf(worker);
+      return load.vcpu <= offer.vcpu && load.memoryMib <= offer.memoryMib;
+    });
+  }
+
   /** Whether a stopped machine's worker has room to run it again (its disk is already counted). */
   async roomToStart(workerId: string, shape: Shape, instanceId: string): Promise<boolean> {
     const worker = await this.db.worker.findUnique({ where: { id: workerId } });

@@ -92,6 +92,25 @@ describe('placement on workers', () => {
     await expect(create(first, 'c')).rejects.toMatchObject({ code: 'L13' }); // the disk is not
   });
 
+  it('lets starts claimed at the same time through only while they fit together', async () => {
+    const only = await worker('only', { vcpu: 8, memoryMib: 512, diskMib: 100_000 });
+    await create(first, 'p');
+    await create(first, 'q').catch(() => undefined); // no room: refused
+    await first.prisma.instance.updateMany({ where: { name: 'p' }, data: { desiredState: 'stopped', status: 'stopped' } });
+    const second = (await first.prisma.instance.create({
+      data: { id: randomUUID(), accountId, name: 'q', image: 'universal', imageProfile: 'minimal', artifactKey: 'test', status: 'stopped', desiredState: 'stopped', ...SHAPE, sshPublicKey: TEST_SSH_KEY, guestHostname: 'q', workerId: only },
+    }));
+    const rows = await first.prisma.instance.findMany({ where: { name: { in: ['p', 'q'] } } });
+    const placement = new WorkerPlacement(new WorkerStore(first.prisma, first.provider), () => new Date());
+    for (const row of rows) await expect(placement.checkStart(row)).resolves.toBeUndefined(); // each alone fits
+    // Both claimed at once (each counts as running from its claim): together they do not fit.
+    await first.prisma.instance.updateMany({ where: { name: { in: ['p', 'q'] } }, data: { desiredState: 'running', status: 'starting' } });
+    const confirmed = await Promise.allSettled(rows.map((row) => placement.confirmStart(row)));
+    expect(confirmed.every((outcome) => outcome.status === 'rejected' && (outcome.reason as KisteError).code === 'L13')).toBe(true);
+    await first.prisma.instance.update({ where: { id: second.id }, data: { desiredState: 'stopped', status: 'stopped' } }); // its claim given back
+    await expect(placement.confirmStart(rows.find((row) => row.name === 'p')!)).resolves.toBeUndefined();
+  });
+
   it('never places past the operator\'s ceiling, whatever the worker says it offers', async () => {
     const boastful = await worker('boastful', { vcpu: 100_000, memoryMib: 2 ** 31 - 1, diskMib: 2 ** 31 - 1 }, { maxMemoryMib: 1024 });
     const honest = await worker('honest', { vcpu: 8, memoryMib: 1024, diskMib: 100_000 });
