@@ -183,7 +183,11 @@ export function createServices(config: Config, database: Database, options: Serv
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
   // `compute` is made below; the scrape asks it only later.
-  const metrics = new ServiceMetrics({ machinesByStatus: () => stores.instances.countByStatus(), computeCounts: (): Promise<ComputeCounts | null> => compute.counts() });
+  const metrics = new ServiceMetrics({
+    machinesByStatus: () => stores.instances.countByStatus(),
+    computeCounts: (): Promise<ComputeCounts | null> => compute.counts(),
+    workers: () => workers.figures(),
+  });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
   const secretKey = installationSecret(config);

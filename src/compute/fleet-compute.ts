@@ -232,9 +232,17 @@ export class FleetMachineHost implements ServiceHost {
     };
   }
 
-  /** A new machine starts from the image its worker serves (the one asked for, unless that worker has another version). */
+  /**
+   * A new machine starts from the image its worker serves: each worker builds its own, so the
+   * version asked for (another worker's) may not be there. A private image's layer sits on the
+   * version it was built on and is asked for as it is.
+   */
   async create(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<CreatedMachine> {
-    return (await this.on(id)).create(id, image, shape, identity);
+    const host = await this.on(id);
+    const served = host.currentImage(image.profile);
+    const used = !image.layer && served && served.version !== image.version ? served : image;
+    const created = await host.create(id, used, shape, identity);
+    return used === image ? created : { ...created, image: used };
   }
 
   async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {

@@ -66,6 +66,8 @@ export type StartedFrom = 'boot' | 'snapshot' | 'memory';
 
 export interface CreatedMachine extends StartedMachine {
   startedFrom: StartedFrom;
+  /** The image it started from when that is not the one asked for (several hosts: its worker serves another version). */
+  image?: HostImage;
 }
 
 export interface ForkedMachine extends CreatedMachine {

@@ -469,7 +469,7 @@ export class Instances {
 /** A new machine (create, fork) runs: its image and host name are what it started with. */
 function startedOutcome(image: HostImage, identity: GuestIdentity, started: ForkedMachine): OperationOutcome {
   const paused = started.sourcePausedMs === undefined ? {} : { source_paused_ms: started.sourcePausedMs };
-  return runningOutcome(started, { image, hostname: identity.hostname }, { resumed: false, started_from: started.startedFrom, ...paused });
+  return runningOutcome(started, { image: started.image ?? image, hostname: identity.hostname }, { resumed: false, started_from: started.startedFrom, ...paused });
 }
 
 /** The row after a start: running, with the host keys it answered (and, after a boot, its image and host name). */

@@ -3,7 +3,8 @@
 // derives from its token is kept sealed, bound to the worker's id.
 import { isIP } from 'node:net';
 import { newJoinToken, workerSecretOf } from '../protocol/worker-join';
-import type { Worker, WorkerStore } from '../store/workers';
+import { offerOf, type Worker, type WorkerStore } from '../store/workers';
+import type { WorkerFigures } from '../observability/metrics';
 import type { RegisteredWorker, WorkerContact, WorkerRegistry } from '../compute/fleet-compute';
 import type { Clock } from './clock';
 import { newId } from './secrets';
@@ -43,6 +44,22 @@ export class Workers implements WorkerRegistry {
 
   placedMachines(): ReturnType<WorkerStore['placedMachines']> {
     return this.store.placedMachines();
+  }
+
+  /** Each worker as operators see it (the metrics): whether it answers, and what placement could still give it. */
+  async figures(): Promise<WorkerFigures[]> {
+    const list = await this.store.list();
+    const loads = await this.store.loads(list.map((worker) => worker.id));
+    return list.map((worker) => {
+      const offer = offerOf(worker);
+      const load = loads.get(worker.id) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
+      return {
+        name: worker.name,
+        state: worker.state,
+        answers: this.isLive(worker),
+        free: { vcpu: Math.max(0, offer.vcpu - load.vcpu), memoryMib: Math.max(0, offer.memoryMib - load.memoryMib), diskMib: Math.max(0, offer.diskMib - load.diskMib) },
+      };
+    });
   }
 
   /** A worker whose lease runs: it answered within the last WORKER_LEASE_MS. */

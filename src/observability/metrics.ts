@@ -9,6 +9,16 @@ export interface ServiceMetricsSources {
   machinesByStatus(): Promise<Record<string, number>>;
   /** What a worker process counted in its current run (read at each scrape); null when it has none or does not answer. */
   computeCounts?(): Promise<ComputeCounts | null>;
+  /** The registered workers (several hosts), read at each scrape. */
+  workers?(): Promise<WorkerFigures[]>;
+}
+
+/** One registered worker as operators see it: whether it answers its heartbeat, and what placement could still give it. */
+export interface WorkerFigures {
+  name: string;
+  state: string;
+  answers: boolean;
+  free: { vcpu: number; memoryMib: number; diskMib: number };
 }
 
 /** A worker's counts since its run began (a new run counts from zero again). */
@@ -32,6 +42,30 @@ export class ServiceMetrics {
       async collect() {
         this.reset();
         for (const [status, count] of Object.entries(await sources.machinesByStatus())) this.set({ status }, count);
+      },
+    });
+    new Gauge({
+      name: 'kiste_worker_up',
+      help: 'Registered workers (several hosts): 1 while the worker answers its heartbeat (its lease runs), 0 otherwise.',
+      labelNames: ['worker', 'state'],
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const worker of (await sources.workers?.()) ?? []) this.set({ worker: worker.name, state: worker.state }, worker.answers ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'kiste_worker_free',
+      help: 'What placement could still give each registered worker: its offer (within the operator\'s ceiling) less what its machines hold.',
+      labelNames: ['worker', 'resource'],
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const worker of (await sources.workers?.()) ?? []) {
+          this.set({ worker: worker.name, resource: 'vcpu' }, worker.free.vcpu);
+          this.set({ worker: worker.name, resource: 'memory_mib' }, worker.free.memoryMib);
+          this.set({ worker: worker.name, resource: 'disk_mib' }, worker.free.diskMib);
+        }
       },
     });
     this.operations = new Histogram({
