@@ -53,12 +53,22 @@ export class RequestVerifier {
     private readonly maxNonces = 100_000,
   ) {}
 
-  verify(method: string, path: string, headers: Record<string, string | string[] | undefined>, body: Buffer, now = Date.now()): { ok: true; nonce: string } | { ok: false; reason: RequestRefusal } {
+  /** What can be told before the body is read: the signature's headers are there, well formed and of now (a peer that fails this gets no body read). */
+  precheck(headers: Record<string, string | string[] | undefined>, now = Date.now()): RequestRefusal | null {
     const time = single(headers[SIGNATURE_HEADERS.time]);
     const nonce = single(headers[SIGNATURE_HEADERS.nonce]);
     const signature = single(headers[SIGNATURE_HEADERS.signature]);
-    if (!time || !nonce || !signature || !/^\d{1,15}$/.test(time) || !/^[0-9a-f]{32}$/.test(nonce)) return { ok: false, reason: 'unsigned' };
-    if (Math.abs(now - Number(time)) > SKEW_MS) return { ok: false, reason: 'stale' };
+    if (!time || !nonce || !signature || !/^\d{1,15}$/.test(time) || !/^[0-9a-f]{32}$/.test(nonce)) return 'unsigned';
+    if (Math.abs(now - Number(time)) > SKEW_MS) return 'stale';
+    return null;
+  }
+
+  verify(method: string, path: string, headers: Record<string, string | string[] | undefined>, body: Buffer, now = Date.now()): { ok: true; nonce: string } | { ok: false; reason: RequestRefusal } {
+    const refusal = this.precheck(headers, now);
+    if (refusal) return { ok: false, reason: refusal };
+    const time = single(headers[SIGNATURE_HEADERS.time])!;
+    const nonce = single(headers[SIGNATURE_HEADERS.nonce])!;
+    const signature = single(headers[SIGNATURE_HEADERS.signature])!;
     if (!safeEqual(signature, mac(this.secret, ['request', method.toUpperCase(), path, time, nonce, sha256(body)]))) return { ok: false, reason: 'bad_signature' };
     this.forgetOld(now);
     if (this.seen.has(nonce) || this.seen.size >= this.maxNonces) return { ok: false, reason: 'replayed' };

@@ -22,6 +22,10 @@ const MAX_BODY_BYTES = 1024 * 1024;
 const MAX_MESSAGE_BYTES = 1024 * 1024;
 /** How long the guest's TCP port may take to accept. */
 const TCP_OPEN_MS = 10_000;
+/** At most one log line of refused requests per this long. */
+const REFUSAL_LOG_MS = 10_000;
+/** Connections the TLS listener holds at once (the control plane's replicas use a few each). */
+const MAX_TLS_CONNECTIONS = 512;
 
 export interface WorkerServerSettings {
   secret: Buffer;
@@ -46,6 +50,8 @@ export class WorkerServer {
   private readonly execs = new ExecTable();
   private readonly layerBuilds: LayerBuildStreams;
   private readonly sockets = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
+  private refusals = 0;
+  private lastRefusalLog = 0;
   /** The verified nonce of each upgrade request, for the signature of its 101. */
   private readonly upgradeNonces = new WeakMap<IncomingMessage, string>();
 
@@ -77,7 +83,8 @@ export class WorkerServer {
   /** Listens with TLS on host:port too (several hosts): the same requests, signed the same way. */
   async listenWithTls(host: string, port: number, certificate: WorkerCertificate): Promise<{ port: number }> {
     // A handshake or request that stalls ends instead of holding a socket for ever.
-    const server = this.serving(createTlsServer({ cert: certificate.cert, key: certificate.key, minVersion: 'TLSv1.3', handshakeTimeout: 10_000, requestTimeout: 60_000 }));
+    const server = this.serving(createTlsServer({ cert: certificate.cert, key: certificate.key, minVersion: 'TLSv1.3', handshakeTimeout: 10_000, requestTimeout: 60_000, headersTimeout: 10_000 }));
+    server.maxConnections = MAX_TLS_CONNECTIONS;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => resolve());
@@ -99,6 +106,16 @@ export class WorkerServer {
     }))).then(() => undefined);
   }
 
+  /** Refusals are logged at most once per REFUSAL_LOG_MS, with how many there were: a stranger hammering the port fills no log. */
+  private refused(reason: string, path: string): void {
+    this.refusals++;
+    const now = Date.now();
+    if (now - this.lastRefusalLog < REFUSAL_LOG_MS) return;
+    this.lastRefusalLog = now;
+    this.settings.logger.warn({ reason, path: path.slice(0, 200), refusals: this.refusals }, 'worker refused requests it cannot verify');
+    this.refusals = 0;
+  }
+
   private serving(server: Server): Server {
     server.on('request', (req: IncomingMessage, res: ServerResponse) => void this.handle(req, res));
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -114,7 +131,7 @@ export class WorkerServer {
     const path = req.url ?? '';
     const checked = this.verifier.verify(req.method ?? '', path, req.headers, Buffer.alloc(0));
     if (!checked.ok) {
-      this.settings.logger.warn({ reason: checked.reason, path }, 'worker refused an upgrade it cannot verify');
+      this.refused(checked.reason, path);
       return this.answer(res, '', failure(401, 'unauthorized', 'the request is not signed with this worker\'s secret'));
     }
     if (!isWebSocketHandshake(req)) return this.answer(res, checked.nonce, failure(400, 'bad_request', 'not a WebSocket handshake'));
@@ -168,12 +185,20 @@ export class WorkerServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // A stranger (no signature of now) gets no body read: answered and the connection closed.
+    const refusal = this.verifier.precheck(req.headers);
+    if (refusal) {
+      this.refused(refusal, req.url ?? '');
+      res.setHeader('connection', 'close');
+      res.on('finish', () => req.destroy());
+      return this.answer(res, '', failure(401, 'unauthorized', 'the request is not signed with this worker\'s secret'));
+    }
     const body = await readBody(req).catch(() => null);
     if (body === null) return this.answer(res, '', failure(400, 'bad_request', `a request body is at most ${MAX_BODY_BYTES} bytes`));
     const path = req.url ?? '';
     const checked = this.verifier.verify(req.method ?? '', path, req.headers, body);
     if (!checked.ok) {
-      this.settings.logger.warn({ reason: checked.reason, path }, 'worker refused a request it cannot verify');
+      this.refused(checked.reason, path);
       // Signed for no request (the nonce was not verified): nobody can make it count as an answer to theirs.
       return this.answer(res, '', failure(401, 'unauthorized', 'the request is not signed with this worker\'s secret'));
     }

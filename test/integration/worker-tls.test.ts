@@ -10,6 +10,7 @@ import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer as createTlsServer, connect as tlsConnect, type Server as TlsServer } from 'node:tls';
 import { tmpdir } from 'node:os';
+import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { introduceWorker, WorkerClient, WorkerProtocolError, WorkerUnreachableError } from '../../src/compute/worker-client';
 import { newJoinToken, workerSecretOf } from '../../src/protocol/worker-join';
@@ -74,6 +75,29 @@ describe('a worker joined with a token, over TLS', () => {
     const other = selfSigned(dataDir);
     await expect(new WorkerClient({ endpoint: { address, certificatePem: other.cert }, secret, timeoutMs: 3000 }).hello()).rejects.toBeInstanceOf(WorkerUnreachableError);
     await expect(new WorkerClient({ endpoint: { address, certificatePem }, secret: workerSecretOf(newJoinToken()), timeoutMs: 3000 }).hello()).rejects.toBeInstanceOf(WorkerProtocolError);
+  });
+
+  it('answers a stranger 401 without reading what he sends, and closes the connection', async () => {
+    const { certificatePem } = await introduceWorker(address, secret);
+    let written = 0;
+    const answer = await new Promise<{ status: number; connection: string | undefined }>((resolve, reject) => {
+      const req = httpsRequest({ host: '127.0.0.1', port, method: 'POST', path: '/w1/machines/x/create', ca: certificatePem, checkServerIdentity: () => undefined, headers: { 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        resolve({ status: res.statusCode ?? 0, connection: res.headers.connection });
+      });
+      req.on('error', (error) => (written > 0 ? undefined : reject(error)));
+      // Far more than any request may hold, sent slowly: the answer comes before it is all sent.
+      const chunk = Buffer.alloc(64 * 1024, 120);
+      const pump = () => {
+        if (written >= 64 * 1024 * 1024 || req.destroyed) return req.end();
+        written += chunk.length;
+        if (req.write(chunk)) setImmediate(pump);
+        else req.once('drain', pump);
+      };
+      pump();
+    });
+    expect(answer).toEqual({ status: 401, connection: 'close' });
+    expect(written).toBeLessThan(64 * 1024 * 1024);
   });
 
   it('finds out a man in the middle who presents his own certificate: nothing is pinned', async () => {
