@@ -13,6 +13,7 @@ import { KisteError } from '../src/errors';
 import { createServices, type Services } from '../src/services';
 import { WorkerAdminError } from '../src/domain/workers';
 import { offerOf } from '../src/store/workers';
+import { PostgresReplicaPresence, SoleReplica } from '../src/db/replica-presence';
 
 const USAGE = `usage: npm run admin -- <command> [options]
 
@@ -33,8 +34,10 @@ several hosts (KISTE_COMPUTE=workers; PostgreSQL when there is more than one con
       a ceiling on what placement gives it, whatever the worker says it offers.
   workers
       Lists the workers: name, address, state, whether it answers, what it offers, its machines.
-  worker-drain --name N | worker-activate --name N
+  worker-drain --name N [--move] | worker-activate --name N
       A draining worker takes no new machines; its machines run on. Activate takes it back.
+      --move: also moves every machine off it to the other workers, one at a time: a running
+      machine is stopped with its memory saved, moved, and resumed where it was.
   worker-remove --name N
       Forgets a drained worker no machine lives on.
   worker-repin --name N
@@ -74,6 +77,7 @@ interface Parsed {
   vcpus?: string;
   'memory-mib'?: string;
   'disk-mib'?: string;
+  move?: boolean;
 }
 
 const OPTIONS_OF: Record<string, readonly string[]> = {
@@ -82,7 +86,7 @@ const OPTIONS_OF: Record<string, readonly string[]> = {
   'list-accounts': [],
   'worker-add': ['name', 'address', 'vcpus', 'memory-mib', 'disk-mib'],
   workers: [],
-  'worker-drain': ['name'],
+  'worker-drain': ['name', 'move'],
   'worker-activate': ['name'],
   'worker-remove': ['name'],
   'worker-repin': ['name'],
@@ -105,6 +109,7 @@ function parse(argv: string[]): Parsed | 'help' {
         vcpus: { type: 'string' },
         'memory-mib': { type: 'string' },
         'disk-mib': { type: 'string' },
+        move: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -181,9 +186,13 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
   const where = config.databaseUrl ? redactUrl(config.databaseUrl) : `SQLite in ${config.dataDir}`;
   say(`opening the database (${where})`);
   const database: Database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
+  // Operations this process claims (a drain's) name it, as a replica's do: the service's reconciler leaves them to it while it runs.
+  const replicas = database.provider === 'postgresql' && config.databaseUrl ? new PostgresReplicaPresence(config.databaseUrl) : new SoleReplica();
   try {
-    return await work(createServices(config, database));
+    if (replicas instanceof PostgresReplicaPresence) await replicas.start();
+    return await work(createServices(config, database, { replicas }));
   } finally {
+    await replicas.close();
     await database.close();
   }
 }
@@ -275,6 +284,48 @@ function requireName(parsed: Parsed): string {
   return parsed.name;
 }
 
+/**
+ * Moves every machine off a drained worker, one at a time: a running one is stopped with its memory
+ * saved, moved and resumed where it was. Needs the workers: this process reaches them as a
+ * control-plane replica would (and names itself as its operations' owner).
+ */
+async function moveAllOff(config: Config, services: Services, workerId: string): Promise<void> {
+  if (config.compute !== 'workers') throw new AdminError('machines move between registered workers only (KISTE_COMPUTE=workers)');
+  if (!(await services.compute.start(config.imageProfile))) throw new AdminError('no worker answers now');
+  try {
+    const machines = await services.database.prisma.instance.findMany({ where: { workerId }, orderBy: { name: 'asc' } });
+    for (const machine of machines) {
+      const wasRunning = machine.desiredState === 'running';
+      if (wasRunning) {
+        say(`${machine.name}: saving its memory and stopping it`);
+        await services.instances.stop(machine.accountId, machine.name, true);
+        await settled(services, machine.id, 'stopped');
+      }
+      say(`${machine.name}: moving it`);
+      const moved = await services.moves.moveStopped((await services.database.prisma.instance.findUniqueOrThrow({ where: { id: machine.id } })));
+      if (wasRunning) {
+        say(`${machine.name}: resuming it`);
+        await services.instances.resume(moved.accountId, moved.name);
+        await settled(services, machine.id, 'running');
+      }
+      process.stdout.write(`${machine.name}\n`);
+    }
+    say(`${machines.length} machine${machines.length === 1 ? '' : 's'} moved`);
+  } finally {
+    await services.compute.stop();
+  }
+}
+
+/** Waits for a machine's operation to end in `status` (an error state is a refusal). */
+async function settled(services: Services, id: string, status: string): Promise<void> {
+  for (;;) {
+    const row = await services.database.prisma.instance.findUniqueOrThrow({ where: { id } });
+    if (row.operation === null && row.status === status) return;
+    if (row.operation === null && row.status === 'error') throw new AdminError(`${row.name} ended in the error state: ${row.errorMessage ?? 'unknown error'}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
 async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
   await withServices(config, async (services) => {
     const { workers } = services;
@@ -286,7 +337,9 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
         process.stdout.write(`${joinToken}\n`);
         say(`registered worker ${worker.name} at ${worker.address}; start it with KISTE_WORKER_JOIN_TOKEN set to the token above (shown once)`);
       } else if (parsed.command === 'worker-drain') {
-        say(`worker ${(await workers.drain(requireName(parsed))).name} takes no new machines now`);
+        const drained = await workers.drain(requireName(parsed));
+        say(`worker ${drained.name} takes no new machines now`);
+        if (parsed.move) await moveAllOff(config, services, drained.id);
       } else if (parsed.command === 'worker-activate') {
         say(`worker ${(await workers.activate(requireName(parsed))).name} takes new machines again`);
       } else if (parsed.command === 'worker-repin') {

@@ -46,6 +46,7 @@ import { LocalWorkerCompute } from './compute/local-worker-compute';
 import { FleetCompute } from './compute/fleet-compute';
 import { HostPlacement, WorkerPlacement } from './domain/placement';
 import { Workers } from './domain/workers';
+import { MachineMoves } from './domain/machine-moves';
 import { WorkerStore } from './store/workers';
 import { SoleReplica } from './db/replica-presence';
 import type { LiveReplicas } from './domain/replicas';
@@ -100,6 +101,8 @@ export interface Services {
   compute: ServiceCompute;
   /** The workers registered for several hosts (npm run admin -- worker …). */
   workers: Workers;
+  /** Stopped machines moved between workers (drain). */
+  moves: MachineMoves;
   instances: Instances;
   /** The universal image, private images and the component catalogue. */
   images: Images;
@@ -258,6 +261,7 @@ export function createServices(config: Config, database: Database, options: Serv
     machineHost,
     compute,
     workers,
+    moves: new MachineMoves(transactions, stores.instances, instances.operations, workerStore, compute instanceof FleetCompute ? compute.host : null, clock),
     instances,
     images,
     imageBuilds,

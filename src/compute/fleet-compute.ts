@@ -17,13 +17,78 @@ import type {
 import { RemoteImages } from './remote-images';
 import type { ServiceCompute, ServiceHost } from './service-compute';
 import { SupervisedWorker } from './supervised-worker';
-import { introduceWorker, WorkerClient, WorkerUnreachableError, type WorkerHello } from './worker-client';
+import { introduceWorker, WorkerClient, WorkerProtocolError, WorkerUnreachableError, type WorkerHello } from './worker-client';
+import type { RawData, WebSocket } from 'ws';
+import { bufferOf } from '../net/websocket';
+import { peerText } from '../protocol/peer-input';
+import { machinePath, parseStreamMessage } from './worker-wire';
 import { WorkerMachineHost } from './worker-machine-host';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
 const HEARTBEAT_MS = 5_000;
 /** The protocol this control plane speaks; a worker that says another is not used. */
 const PROTOCOL_VERSION = 1;
+/** An export flattens the disk before its stream opens: minutes for a large one. */
+const MOVE_EXPORT_MS = 30 * 60_000;
+/** The relay pauses the source while this much waits to reach the target. */
+const MOVE_WINDOW_BYTES = 8 * 1024 * 1024;
+
+/** The target's one answer: MachineMoveOutcome `moved`, or why not. */
+function importOutcome(importer: WebSocket): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    importer.on('message', (data: RawData) => {
+      const parsed = parseStreamMessage('MachineMoveOutcome', bufferOf(data));
+      if (!parsed.ok) return reject(new WorkerProtocolError(`ImportMachine: ${parsed.reason}`));
+      if (parsed.value.outcome === 'moved') resolve();
+      else reject(new Error(`the target worker refused the machine: ${peerText(parsed.value.message, 500)}`));
+    });
+    importer.on('close', () => reject(new WorkerUnreachableError('ImportMachine: the target worker closed the stream without an outcome')));
+    importer.on('error', () => undefined);
+  });
+}
+
+/**
+ * Relays an ExportMachine stream to an ImportMachine one: the start and end checked against the
+ * spec, no more bytes than the start declared, the source paused while the target is behind.
+ * Resolves when the source's stream ended whole; the target's outcome says whether it took it.
+ */
+function relayMove(exporter: WebSocket, importer: WebSocket): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let declared: number | null = null;
+    let relayed = 0;
+    let ended = false;
+    const fail = (error: Error) => {
+      exporter.terminate();
+      importer.terminate();
+      reject(error);
+    };
+    exporter.on('message', (data: RawData, isBinary: boolean) => {
+      const bytes = bufferOf(data);
+      if (declared === null) {
+        const start = isBinary ? null : parseStreamMessage('MachineMoveStart', bytes);
+        if (!start?.ok) return fail(new WorkerProtocolError(`ExportMachine: ${start ? start.reason : 'the stream did not begin with its start'}`));
+        declared = start.value.files.reduce((sum, file) => sum + file.bytes, 0);
+      } else if (isBinary) {
+        relayed += bytes.length;
+        if (relayed > declared) return fail(new WorkerProtocolError('ExportMachine: more bytes than its start declared'));
+      } else {
+        const end = parseStreamMessage('MachineMoveEnd', bytes);
+        if (!end.ok || relayed !== declared) return fail(new WorkerProtocolError(`ExportMachine: ${end.ok ? 'it ended before every byte' : end.reason}`));
+        ended = true;
+      }
+      importer.send(bytes, { binary: isBinary });
+      if (importer.bufferedAmount > MOVE_WINDOW_BYTES) {
+        exporter.pause();
+        const wait = () => (importer.readyState !== importer.OPEN || importer.bufferedAmount <= MOVE_WINDOW_BYTES ? exporter.resume() : setTimeout(wait, 5));
+        setTimeout(wait, 5);
+      }
+    });
+    exporter.on('close', () => (ended ? resolve() : fail(new WorkerUnreachableError('ExportMachine: the source worker closed the stream before its end'))));
+    exporter.on('error', () => undefined);
+    importer.on('close', () => exporter.terminate());
+  });
+}
+
 /** A heartbeat's hello: far below the lease (30 s), so a slow worker loses only its own. */
 const HELLO_MS = 4_000;
 /** Other calls' default deadline (machine operations give their own). */
@@ -90,8 +155,6 @@ class Member {
 
 export class FleetMachineHost implements ServiceHost {
   private readonly members = new Map<string, Member>();
-  /** Where each machine lives, as read from its row (it changes only when a machine moves). */
-  private readonly homes = new Map<string, string>();
 
   constructor(private readonly settings: FleetSettings) {}
 
@@ -153,10 +216,17 @@ export class FleetMachineHost implements ServiceHost {
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       if (member.client) this.settings.logger.warn({ worker: worker.name, err: message }, 'worker does not answer: calls for its machines answer N01 until it does');
+      member.client?.close();
       member.client = null;
       await this.settings.registry.failed(worker.id, message).catch(() => undefined);
       return false;
     }
+  }
+
+  /** Ends every worker's kept connections (at stop). */
+  close(): void {
+    for (const member of this.members.values()) member.client?.close();
+    this.members.clear();
   }
 
   /** The workers answering now. */
@@ -164,17 +234,47 @@ export class FleetMachineHost implements ServiceHost {
     return [...this.members.values()].filter((member) => member.client !== null);
   }
 
-  /** The host of the worker a machine lives on; N01 when it does not answer. */
+  /**
+   * The host of the worker a machine lives on (read from its row at every call: a machine that
+   * moved to another worker is found there by every replica at once); N01 when it does not answer.
+   */
   private async on(machineId: string): Promise<WorkerMachineHost> {
-    let workerId = this.homes.get(machineId);
-    if (workerId === undefined) {
-      workerId = (await this.settings.registry.workerOf(machineId)) ?? undefined;
-      if (workerId === undefined) throw new WorkerUnreachableError(`machine ${machineId} is placed on no worker`);
-      this.homes.set(machineId, workerId);
-    }
+    const workerId = await this.settings.registry.workerOf(machineId);
+    if (workerId === null) throw new WorkerUnreachableError(`machine ${machineId} is placed on no worker`);
+    return this.member(workerId).host;
+  }
+
+  private member(workerId: string): Member {
     const member = this.members.get(workerId);
-    if (!member?.client) throw new WorkerUnreachableError(`the worker of machine ${machineId} does not answer now`);
-    return member.host;
+    if (!member?.client) throw new WorkerUnreachableError(`worker ${workerId} does not answer now`);
+    return member;
+  }
+
+  /**
+   * Copies a stopped machine from one worker to another (drain): what the source sends is relayed to
+   * the target at the target's pace, its first and last messages checked on the way; resolves once
+   * the target has put the machine in place. The source keeps its files (see destroyOn).
+   */
+  async move(id: string, from: string, to: string): Promise<void> {
+    const [source, target] = [this.member(from), this.member(to)];
+    let importer: WebSocket | undefined;
+    let outcome: Promise<void> | undefined;
+    importer = await target.calls.upgrade(machinePath(id, 'import'), 'ImportMachine', (ws) => {
+      outcome = importOutcome(ws);
+      outcome.catch(() => undefined); // awaited below; it may fail before then
+      return ws;
+    }, CALL_MS);
+    try {
+      await source.calls.upgrade(machinePath(id, 'export'), 'ExportMachine', (ws) => relayMove(ws, importer!), MOVE_EXPORT_MS);
+      await outcome;
+    } finally {
+      importer.terminate();
+    }
+  }
+
+  /** Removes a machine's files from one worker (the source of a move, once the target holds it). */
+  async destroyOn(workerId: string, id: string): Promise<void> {
+    await this.member(workerId).host.destroy(id);
   }
 
   async isolationProblem(): Promise<{ reason: string; hint: string } | null> {
@@ -300,7 +400,6 @@ export class FleetMachineHost implements ServiceHost {
 
   async destroy(id: string): Promise<void> {
     await (await this.on(id)).destroy(id);
-    this.homes.delete(id);
   }
 
   async consoleTail(id: string, lines: number): Promise<string> {
@@ -334,9 +433,10 @@ export class FleetCompute implements ServiceCompute {
     this.display = settings.machineDisplay ?? new QemuMachineDisplay(this.host);
   }
 
-  /** One round of heartbeats now (start()'s caller reconciles), then one every few seconds. */
-  async start(): Promise<boolean> {
+  /** One round of heartbeats now, and the images of the workers that answered read (start()'s caller reconciles and starts machines), then one every few seconds. */
+  async start(profile: ImageProfile): Promise<boolean> {
     await this.host.heartbeat().catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'the workers could not be read'));
+    await this.host.refreshImage(profile);
     this.schedule();
     return this.host.reachable();
   }
@@ -352,6 +452,7 @@ export class FleetCompute implements ServiceCompute {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    this.host.close();
   }
 
   private schedule(): void {

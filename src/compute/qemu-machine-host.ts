@@ -5,6 +5,7 @@
 // instant-copies (machines started as copies: of a boot snapshot, of a running machine; and the
 // boot snapshots themselves), guest-personalisation (identity), agent-registry (agents),
 // console-tail (the serial log); this file runs QEMU processes and keeps them in order.
+import { MachineMoves, type MoveStart, type MovedFileRole, type OutgoingMachine } from './machine-moves';
 import { LayerBuilder, type BuiltLayer, type LayerBuildRequest } from './layer-builder';
 import type { ImageManifest } from '../../images';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
@@ -82,6 +83,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   private readonly machinesDir: string;
   private readonly layers: LayerStore;
   private readonly chains: DiskChains;
+  private readonly moves: MachineMoves;
   private readonly images: ImageCatalogue;
   private readonly agents: AgentRegistry;
   private readonly personalisation: GuestPersonalisation;
@@ -104,6 +106,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     this.chains = new DiskChains(this.layers, this.machinesDir, options.logger);
     this.images = new ImageCatalogue(options.imagesDir);
     this.agents = new AgentRegistry((id) => machineFiles(this.machineDir(id)).agentSocket, options.onAgentLinkDropped);
+    this.moves = new MachineMoves({ jail: this.jail, layers: this.layers, chains: this.chains, imagesDir: options.imagesDir, machineDir: (id) => this.machineDir(id) });
     this.copies = new InstantCopies({
       exclusive: (id, work) => this.exclusive(id, work),
       machine: (id) => this.machine(id),
@@ -209,6 +212,28 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     await createOverlay(backing, this.layers.path(active), { sizeBytes });
     this.jail.ownLayer(id, this.layers.path(active));
     this.chains.writeState(id, { active, hostKeysGenerated: false, generationId: true });
+  }
+
+  /** A stopped machine's files to send to another worker (drain); refused while it runs. */
+  exportMachine(id: string): Promise<OutgoingMachine> {
+    return this.exclusive(id, async () => {
+      if (await this.machine(id)) throw new Error(`machine ${id} runs: stop it before it moves`);
+      return this.moves.outgoing(id);
+    });
+  }
+
+  /** Where the files of a machine on its way here are written. */
+  incomingFolder(id: string): string {
+    return this.moves.staging(id);
+  }
+
+  abandonIncoming(id: string): void {
+    this.moves.abandon(id);
+  }
+
+  /** Puts a machine received from another worker in place (stopped, its session kept). */
+  importMachine(id: string, start: MoveStart, received: Partial<Record<MovedFileRole, string>>): Promise<void> {
+    return this.exclusive(id, () => this.moves.install(id, start, received));
   }
 
   /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */

@@ -4,7 +4,7 @@
 // reached is WorkerUnreachableError (the API's N01); one that answers what does not fit is
 // WorkerProtocolError, and its answer is never used.
 import { request, type IncomingMessage, type RequestOptions } from 'node:http';
-import { request as tlsRequest } from 'node:https';
+import { Agent as TlsAgent, request as tlsRequest } from 'node:https';
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
@@ -61,7 +61,17 @@ export interface WorkerClientSettings {
 }
 
 export class WorkerClient {
-  constructor(private readonly settings: WorkerClientSettings) {}
+  /** Connections to a worker on another host, kept open between calls (closed by close()). */
+  private readonly tlsAgent: TlsAgent | undefined;
+
+  constructor(private readonly settings: WorkerClientSettings) {
+    this.tlsAgent = 'address' in settings.endpoint ? new TlsAgent({ keepAlive: true, maxSockets: 64 }) : undefined;
+  }
+
+  /** Ends the connections kept open (the client is not used after). */
+  close(): void {
+    this.tlsAgent?.destroy();
+  }
 
   /** A client of one worker finds out by calling whether it answers. */
   reachable(): boolean {
@@ -167,7 +177,7 @@ export class WorkerClient {
       };
       const req = 'socketPath' in endpoint
         ? request({ ...options, socketPath: endpoint.socketPath }, onAnswer)
-        : tlsRequest({ ...options, ...addressOf(endpoint.address), ...pinnedTls(endpoint.certificatePem) }, onAnswer);
+        : tlsRequest({ ...options, ...addressOf(endpoint.address), ...pinnedTls(endpoint.certificatePem), agent: this.tlsAgent }, onAnswer);
       // A deadline for the whole answer, not only for silence: a worker that trickles bytes ends too.
       let late = false;
       const deadline = setTimeout(() => {

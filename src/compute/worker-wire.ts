@@ -1,5 +1,6 @@
 // The machine host's values as worker-api.yaml carries them (snake_case JSON) and back: one place
 // for both sides of the protocol, so the worker's answers and the control plane's requests agree.
+import type { MoveStart } from './machine-moves';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import type { ImageManifest } from '../../images';
@@ -11,7 +12,7 @@ import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineS
 type Wire = components['schemas'];
 
 /** The messages the protocol's streams carry as JSON text. */
-type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart';
+type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart' | 'MachineMoveStart' | 'MachineMoveEnd' | 'MachineMoveOutcome';
 
 /** A JSON message of a worker stream, parsed into its schema in worker-api.yaml (the peer-input rule); never throws. */
 export function parseStreamMessage<K extends StreamMessage>(schema: K, bytes: Buffer): Parsed<Wire[K]> {
@@ -48,6 +49,17 @@ function execFields(params: ExecStartParams | Wire['ExecStart']): ExecStartParam
 }
 
 export const wire = {
+  moveStart: (start: MoveStart): Wire['MachineMoveStart'] => ({
+    base: start.base,
+    state: {
+      host_keys_generated: start.state.hostKeysGenerated,
+      generation_id: start.state.generationId,
+      personalised: start.state.personalised
+        ? { identity: start.state.personalised.identity, host_keys: start.state.personalised.hostKeys.map((key) => ({ algorithm: key.algorithm, public_key: key.publicKey })) }
+        : null,
+    },
+    files: start.files.map((file) => ({ role: file.role, bytes: file.bytes })),
+  }),
   /** `requestTimeoutMs`: how long the agent may take to start it. */
   execStart: (params: ExecStartParams, requestTimeoutMs?: number): Wire['ExecStart'] => ({
     ...execFields(params),
@@ -77,6 +89,17 @@ export const wire = {
 };
 
 export const fromWire = {
+  moveStart: (start: Wire['MachineMoveStart']): MoveStart => ({
+    base: start.base,
+    state: {
+      hostKeysGenerated: start.state.host_keys_generated,
+      generationId: start.state.generation_id,
+      personalised: start.state.personalised
+        ? { identity: start.state.personalised.identity, hostKeys: start.state.personalised.host_keys.map((key) => ({ algorithm: key.algorithm, publicKey: key.public_key })) }
+        : null,
+    },
+    files: start.files.map((file) => ({ role: file.role, bytes: file.bytes })),
+  }),
   execStart: (body: Wire['ExecStart']): ExecStartParams => execFields(body),
   image: (image: Wire['HostImage']): HostImage => ({
     profile: image.profile,

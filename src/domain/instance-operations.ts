@@ -11,7 +11,7 @@ import type { Clock } from './clock';
 import type { Transactions } from './transactions';
 
 /** `reconcile`: the reconciler makes a row true again (a machine adopted, or found ended). */
-export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete' | 'reconcile';
+export type LifecycleOperation = 'create' | 'fork' | 'stop' | 'expire' | 'resume' | 'restart' | 'upgrade' | 'delete' | 'reconcile' | 'move';
 
 export interface OperationOutcome {
   /** Row changes at the end (status, session, versions…). */

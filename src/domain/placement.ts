@@ -40,7 +40,7 @@ export class HostPlacement implements Placement {
 }
 
 export interface WorkerCapacity {
-  place(tx: Transaction, shape: MachineShape, now: Date, only?: string): Promise<string | null>;
+  place(tx: Transaction, shape: MachineShape, now: Date, among?: { only?: string; except?: string }): Promise<string | null>;
   roomToStart(workerId: string, shape: MachineShape, instanceId: string): Promise<boolean>;
   runningFit(workerId: string): Promise<boolean>;
 }
@@ -54,7 +54,7 @@ export class WorkerPlacement implements Placement {
   }
 
   async place(tx: Transaction, shape: MachineShape, source: { workerId: string | null } | null): Promise<string> {
-    const placed = await this.workers.place(tx, shape, this.now(), source?.workerId ?? undefined);
+    const placed = await this.workers.place(tx, shape, this.now(), { only: source?.workerId ?? undefined });
     if (placed) return placed;
     throw new KisteError('L13', {
       message: source

@@ -424,6 +424,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/machines/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sends a stopped machine's files to move it to another worker (drain), as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`. The worker flattens the machine's disk into
+         *     one overlay on the image disk its chain ends on, then sends one `MachineMoveStart` (text),
+         *     the files it names in their order as binary messages of at most 1 MiB (each file's bytes
+         *     exactly), and one `MachineMoveEnd` (text) with every file's SHA-256; then it closes. A
+         *     machine that runs, or has no disk here, answers 500 before the handshake. The machine's
+         *     files here stay until the control plane deletes them (after the receiver put it in place).
+         */
+        get: operations["ExportMachine"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/machines/{id}/fork": {
         parameters: {
             query?: never;
@@ -451,6 +476,32 @@ export interface paths {
         get?: never;
         /** A running machine takes a changed identity (host name, authorized keys) now */
         put: operations["RefreshIdentity"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/machines/{id}/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Receives a machine another worker sent (drain), as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`. The control plane relays what
+         *     `ExportMachine` sent: one `MachineMoveStart`, the files' bytes (binary), one
+         *     `MachineMoveEnd`. The worker writes them aside, checks every size and SHA-256, needs the same
+         *     image disk under its images folder, gives the machine a jail user of its own and puts it in
+         *     place stopped (with its saved session); then it sends one `MachineMoveOutcome` and closes.
+         *     A stream that breaks off, or a message out of order, leaves nothing behind. A machine
+         *     already here answers `failed`.
+         */
+        get: operations["ImportMachine"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -728,6 +779,45 @@ export interface components {
         LayerPackages: string[];
         MachineIds: {
             ids: string[];
+        };
+        /** @description The last message of an `ExportMachine` stream, after every file's bytes. */
+        MachineMoveEnd: {
+            sha256: {
+                disk: string;
+                ram?: string;
+                state?: string;
+            };
+        };
+        /** @description The one message an `ImportMachine` stream ends with, from the receiving worker. */
+        MachineMoveOutcome: {
+            /** @constant */
+            outcome: "moved";
+        } | {
+            message: string;
+            /** @constant */
+            outcome: "failed";
+        };
+        /** @description The first message of an `ExportMachine` stream (and of the `ImportMachine` stream that relays it). */
+        MachineMoveStart: {
+            /** @description The image disk the sent disk is an overlay on, relative to the images folder. */
+            base: string;
+            /** @description In the order their bytes follow; the disk first, then the session's device state and RAM file when it has one. */
+            files: {
+                bytes: number;
+                /** @enum {string} */
+                role: "disk" | "state" | "ram";
+            }[];
+            state: {
+                generation_id: boolean;
+                host_keys_generated: boolean;
+                personalised: null | {
+                    host_keys: {
+                        algorithm: string;
+                        public_key: string;
+                    }[];
+                    identity: string;
+                };
+            };
         };
         MachineScreen: {
             display: null | {
@@ -1450,6 +1540,30 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    ExportMachine: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
     ForkMachine: {
         parameters: {
             query?: never;
@@ -1496,6 +1610,30 @@ export interface operations {
         };
         responses: {
             200: components["responses"]["Done"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    ImportMachine: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
@@ -1675,5 +1813,6 @@ export const acceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>[
 export const agentErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AgentErrorCode"]> = ["bad_request", "unknown_method", "hello_required", "unsupported_protocol", "spawn_failed", "no_such_channel", "connect_failed", "too_many_channels", "command_failed", "internal", "timeout", "disconnected", "closed", "protocol", "bad_response", "stalled"];
 export const imageProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]> = ["minimal", "desktop", "desktop-lite"];
 export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageState"]["build"]["state"]> = ["building", "ready", "failed"];
+export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["MachineMoveStart"]["files"]["role"]> = ["disk", "state", "ram"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
 export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed"];

@@ -93,11 +93,11 @@ export class WorkerStore {
   /**
    * Inside the create's transaction: the active worker with a live lease that has room for `shape`
    * and the most memory left after it (least loaded first); `only`: that worker or none (a fork goes
-   * where its source is). Null: none has room (L13).
+   * where its source is); `except`: any other (a machine moving away). Null: none has room (L13).
    */
-  async place(tx: Transaction, shape: Shape, now: Date, only?: string): Promise<string | null> {
+  async place(tx: Transaction, shape: Shape, now: Date, among: { only?: string; except?: string } = {}): Promise<string | null> {
     const client = clientFor(tx);
-    const where = { state: 'active', leaseUntil: { gt: now }, ...(only ? { id: only } : {}) };
+    const where = { state: 'active', leaseUntil: { gt: now }, ...(among.only ? { id: among.only } : {}), ...(among.except ? { NOT: { id: among.except } } : {}) };
     // One placement at a time across replicas (PostgreSQL: a lock held until this transaction ends,
     // so the next one sees what this one reserved; SQLite has one writer and one control plane).
     if (this.provider === 'postgresql') await client.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);

@@ -10,6 +10,8 @@ import type { ExecTable } from './agent-streams';
 import type { MachineScreens } from '../compute/guest-display';
 import type { ImagePreparation } from '../compute/image-preparation';
 import type { WorkerOffer } from './worker-config';
+import type { MachineReceiver } from './machine-move-streams';
+import type { OutgoingMachine } from '../compute/machine-moves';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -17,7 +19,7 @@ type Wire = components['schemas'];
 export type Answer = { status: number; body: unknown };
 
 /** What a worker runs machines on: the machine host and its machines' screens (QemuMachineHost is both). */
-export type WorkerHost = MachineHost & MachineScreens;
+export type WorkerHost = MachineHost & MachineScreens & MachineReceiver & { exportMachine(id: string): Promise<OutgoingMachine> };
 
 /** The worker's own image builds: removals wait for what a build started (src/compute/image-preparation.ts). */
 export type WorkerImageVersions = Pick<ImagePreparation, 'removeUnused'>;
@@ -251,7 +253,7 @@ export function failureOf(error: unknown): Answer {
 }
 
 /** An upgrade's route (AttachExec, OpenTcp, OpenScreen, BuildLayer): what it names, or the answer that refuses it. */
-export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' };
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' } | { kind: 'export'; machine: string } | { kind: 'import'; machine: string };
 
 export function upgradeTarget(target: string): UpgradeTarget | Answer {
   const url = new URL(target, 'http://worker');
@@ -262,6 +264,8 @@ export function upgradeTarget(target: string): UpgradeTarget | Answer {
   if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
   const screen = new RegExp(`^/w1/machines/${ID}/screen/rfb$`).exec(target);
   if (screen) return { kind: 'screen', machine: screen[1]! };
+  const move = new RegExp(`^/w1/machines/${ID}/(export|import)$`).exec(target);
+  if (move) return move[2] === 'export' ? { kind: 'export', machine: move[1]! } : { kind: 'import', machine: move[1]! };
   if (target === '/w1/layers/build') return { kind: 'layer' };
   return failure(404, 'not_found', `no WebSocket at ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }

@@ -14,6 +14,8 @@ import { carryBytes, ExecTable } from './agent-streams';
 import { LayerBuildStreams, MAX_LAYER_BUILD_STREAMS } from './layer-build-streams';
 import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerCounts, type WorkerHost, type WorkerImageVersions } from './worker-routes';
 import type { WorkerOffer } from './worker-config';
+import { receiveMachine, sendMachine } from './machine-move-streams';
+import type { OutgoingMachine } from '../compute/machine-moves';
 import type { WorkerCertificate } from './worker-tls';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
@@ -149,6 +151,19 @@ export class WorkerServer {
       if (!claimed) return this.answer(res, checked.nonce, failure(500, 'failed', `this worker already runs ${MAX_LAYER_BUILD_STREAMS} layer builds`));
       open = claimed.carry;
       abandon = claimed.abandon;
+    } else if (target.kind === 'export') {
+      let outgoing: OutgoingMachine;
+      try {
+        outgoing = await this.settings.host.exportMachine(target.machine);
+      } catch (error) {
+        return this.answer(res, checked.nonce, failureOf(error));
+      }
+      open = (ws) => void sendMachine(ws, outgoing);
+      abandon = () => outgoing.cleanUp();
+    } else if (target.kind === 'import') {
+      const machine = target.machine;
+      open = (ws) => receiveMachine(ws, machine, this.settings.host);
+      abandon = () => undefined;
     } else if (target.kind === 'screen') {
       let screen: Duplex;
       try {

@@ -81,7 +81,7 @@ describe('workers on other hosts', () => {
     const ports = [await freePort(), await freePort()];
     urls = ports.map((port) => `http://127.0.0.1:${port}`);
     // Replicas share the installation secret (the workers' signing secrets are sealed with it).
-    env = serviceEnv(fresh, ports[0]!, { KISTE_COMPUTE: 'workers', KISTE_SECRET_KEY: randomBytes(32).toString('base64') });
+    env = serviceEnv(fresh, ports[0]!, { KISTE_COMPUTE: 'workers', KISTE_SECRET_KEY: randomBytes(32).toString('base64'), KISTE_IMAGE_PROFILE: 'minimal' });
     for (const [index, name] of ['far', 'wide'].entries()) {
       const network = privateNetwork(`w${index}`, 31 + index);
       const token = admin('worker-add', '--name', name, '--address', `https://${network.address}:${WORKER_PORT}`).trim();
@@ -201,16 +201,36 @@ describe('workers on other hosts', () => {
     expect(qemusOn(host)).toHaveLength(1);
   });
 
-  it('removes a worker only once it is drained and no machine lives on it', async () => {
-    const host = workerOf('again')!;
-    expect(() => admin('worker-remove', '--name', host.name)).toThrow(/drain .* first/);
-    admin('worker-drain', '--name', host.name);
-    expect(admin('workers')).toMatch(new RegExp(`^${host.name}\\s+\\S+\\s+draining`, 'm'));
-    expect(() => admin('worker-remove', '--name', host.name)).toThrow(/machines still live/);
+  it('drains a worker: its running machine is stopped with its memory, moved to the other worker and resumed where it was', async () => {
+    const [from, to] = [workerOf('one')!, workerOf('again')!];
+    expect(from).not.toBe(to);
+    // Room on the other worker: its machine goes.
     await api().delete('/v1/instances/again').set(auth).expect(checkContract);
     await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/again').set(auth)).status === 404, 120_000, 500);
-    await waitUntil('its QEMU to end', () => qemusOn(host).length === 0 || null, 30_000);
-    admin('worker-remove', '--name', host.name);
-    expect(admin('workers')).not.toMatch(new RegExp(`^${host.name} `, 'm'));
+    await exec('one', ['sh', '-c', 'echo before-the-move > /tmp/marker; (while true; do date +%s%N > /tmp/ticks; sleep 0.2; done) & echo $! > /tmp/ticker']);
+    const bootId = await bootOf('one');
+    const ticker = (await exec('one', ['cat', '/tmp/ticker']))!.trim();
+    expect(admin('worker-drain', '--name', from.name, '--move').trim()).toBe('one');
+    // On the other worker now, running the same boot: the process it ran before the move runs on.
+    expect(workerOf('one')).toBe(to);
+    const after = await api().get('/v1/instances/one').set(auth).expect(checkContract).expect(200);
+    expect(after.body.status).toBe('running');
+    expect(await exec('one', ['sh', '-c', `cat /tmp/marker /proc/sys/kernel/random/boot_id; kill -0 ${ticker} && echo ticking`])).toBe(`before-the-move\n${bootId}\nticking\n`);
+    expect(qemusOn(to)).toHaveLength(1);
+    expect(qemusOn(from)).toHaveLength(0);
+    expect(admin('machines')).toMatch(new RegExp(`one\\s+admin@example\\.com\\s+running\\s+${to.name}`));
+  });
+
+  it('removes a worker only once it is drained and no machine lives on it', async () => {
+    const [empty, holding] = [hosts.find((host) => workerOf('one') !== host)!, workerOf('one')!];
+    admin('worker-remove', '--name', empty.name); // drained above, and emptied by the move
+    expect(admin('workers')).not.toMatch(new RegExp(`^${empty.name} `, 'm'));
+    expect(() => admin('worker-remove', '--name', holding.name)).toThrow(/drain .* first/);
+    admin('worker-drain', '--name', holding.name);
+    expect(() => admin('worker-remove', '--name', holding.name)).toThrow(/machines still live/);
+    await api().delete('/v1/instances/one').set(auth).expect(checkContract);
+    await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/one').set(auth)).status === 404, 120_000, 500);
+    admin('worker-remove', '--name', holding.name);
+    expect(admin('workers')).not.toMatch(new RegExp(`^${holding.name} `, 'm'));
   });
 });
