@@ -432,6 +432,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       await this.destroy(id);
       removed.push(id);
     }
+    // Files of a move that never finished (the worker or its control plane went away meanwhile).
+    for (const name of readdirSync(this.machinesDir).filter((entry) => entry.startsWith('.incoming-'))) rmSync(join(this.machinesDir, name), { recursive: true, force: true });
     const reaped = await reapOrphans({ machinesRoot: this.machinesDir, isOrphan: (info) => !keep.has(info.machineId) });
     for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
     if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
@@ -542,8 +544,9 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /** Machines (and boot snapshot templates) this host has files for: reconcile removes the ones no row knows. */
+  /** Machines with a folder here (not the folders of machines on their way here from another worker, `.incoming-<id>`). */
   async knownMachineIds(): Promise<string[]> {
-    return readdirSync(this.machinesDir);
+    return readdirSync(this.machinesDir).filter((name) => !name.startsWith('.'));
   }
 
   /** The active layer of every machine this host has a disk for (but one). */
