@@ -15,7 +15,7 @@ export const handler: Handler<'DownloadExport'> = async ({ auth, services, query
         api_tokens: data.apiTokens.map(presentApiToken),
         device_keys: data.deviceKeys.map(presentDeviceKey),
       },
-      compute: null,
+      compute: await services.instances.computeExport(auth.accountId),
     },
   };
 };

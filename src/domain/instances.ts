@@ -284,6 +284,18 @@ export class Instances {
     return instance;
   }
 
+  /** What the compute side holds of the account's machines (the export's `compute`); null when it cannot be reached. */
+  async computeExport(accountId: string): Promise<{ machines: { name: string; running: boolean; session_saved: boolean }[] } | null> {
+    try {
+      const rows = await this.list(accountId);
+      const machines = await Promise.all(rows.map(async (row) => ({ name: row.name, running: await this.host.isRunning(row.id), session_saved: await this.host.hasSession(row.id) })));
+      return { machines };
+    } catch (error) {
+      if (cameFromUnreachableHost(error)) return null;
+      throw error;
+    }
+  }
+
   /** A live usage sample from the guest (409 K03 when it is not running). */
   async metrics(accountId: string, name: string) {
     const instance = await this.running(accountId, name);

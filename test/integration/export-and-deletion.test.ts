@@ -1,5 +1,7 @@
 // The account export (ten-minute link, same account only, no secrets) and account deletion (what
 // it needs, sign-in ends at once, the durable background job, retries and resuming elsewhere).
+import { insertInstance } from '../support/instance-rows';
+import { HostUnreachableError } from '../../src/compute/machine-host';
 import { ManualClock, SshKeyFactory } from '../fixtures/account-access';
 import {
   apiKeyFor, bearer, browserFor, cliTokenFor, createAccount, startTestService, TEST_PASSWORD, TestService,
@@ -64,6 +66,23 @@ describe('account export', () => {
     expect(JSON.stringify(stored)).not.toContain(token.slice('kiste_exp_'.length));
   });
 
+  it('the export says what the compute side holds of the account\'s machines, and null while it cannot be reached', async () => {
+    const account = await createAccount(t);
+    const cli = await cliTokenFor(t, account);
+    await insertInstance(t, account, 'held', 'stopped', { desiredState: 'stopped' });
+    jest.spyOn(t.services.machineHost, 'hasSession').mockResolvedValue(true); // as its host keeps a saved session
+    try {
+      const first = await t.api.get(pathOf((await exportLink(cli)).url)).set(bearer(cli)).expect(200);
+      expect(first.body.compute).toEqual({ machines: [{ name: 'held', running: false, session_saved: true }] });
+      jest.spyOn(t.services.machineHost, 'isRunning').mockRejectedValue(new HostUnreachableError('the compute worker is not running now'));
+      const second = await t.api.get(pathOf((await exportLink(cli)).url)).set(bearer(cli)).expect(200);
+      expect(second.body.compute).toBeNull();
+      expect(second.body.control_plane.user.email).toBe(account.email); // the rest is there all the same
+    } finally {
+      jest.restoreAllMocks();
+    }
+  });
+
   it('the link downloads the account export: e-mail, device keys, API key metadata, and no secret', async () => {
     const account = await createAccount(t);
     const cli = await cliTokenFor(t, account);
@@ -82,7 +101,7 @@ describe('account export', () => {
     expect(file.object).toBe('account_export');
     expect(file.account).toBe(account.email);
     expect(file.generated_at).toBe(clock.now().toISOString());
-    expect(file.compute).toBeNull();
+    expect(file.compute).toEqual({ machines: [] }); // what the compute side holds: no machine yet
     expect(file.control_plane.user).toMatchObject({ id: account.id, email: account.email, object: 'user' });
     expect(file.control_plane.device_keys).toEqual([added.body]);
     const exportedKeys = file.control_plane.api_tokens as Record<string, unknown>[];
