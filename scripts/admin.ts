@@ -302,12 +302,15 @@ async function moveAllOff(config: Config, services: Services, workerId: string):
         await settled(services, machine.id, 'stopped');
       }
       say(`${machine.name}: moving it`);
-      const moved = await services.moves.moveStopped((await services.database.prisma.instance.findUniqueOrThrow({ where: { id: machine.id } })));
+      let moveError: unknown = null;
+      await services.moves.moveStopped(await services.database.prisma.instance.findUniqueOrThrow({ where: { id: machine.id } })).catch((error: unknown) => (moveError = error));
       if (wasRunning) {
+        // Where it is now: moved, or (the move failed) still on this worker, as it was.
         say(`${machine.name}: resuming it`);
-        await services.instances.resume(moved.accountId, moved.name);
+        await services.instances.resume(machine.accountId, machine.name);
         await settled(services, machine.id, 'running');
       }
+      if (moveError) throw moveError;
       process.stdout.write(`${machine.name}\n`);
     }
     say(`${machines.length} machine${machines.length === 1 ? '' : 's'} moved`);

@@ -22,6 +22,7 @@ import type { RawData, WebSocket } from 'ws';
 import { bufferOf } from '../net/websocket';
 import { peerText } from '../protocol/peer-input';
 import { machinePath, parseStreamMessage } from './worker-wire';
+import { moveTooLarge, type MoveLimits } from './machine-moves';
 import { WorkerMachineHost } from './worker-machine-host';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
@@ -32,6 +33,10 @@ const PROTOCOL_VERSION = 1;
 const MOVE_EXPORT_MS = 30 * 60_000;
 /** The relay pauses the source while this much waits to reach the target. */
 const MOVE_WINDOW_BYTES = 8 * 1024 * 1024;
+/** A source that sends nothing for this long (the target slow or the link gone) ends the move. */
+const MOVE_SILENCE_MS = 120_000;
+/** After the last byte: the target checks the hashes and puts the machine in place. */
+const MOVE_INSTALL_MS = 10 * 60_000;
 
 /** The target's one answer: MachineMoveOutcome `moved`, or why not. */
 function importOutcome(importer: WebSocket): Promise<void> {
@@ -52,21 +57,32 @@ function importOutcome(importer: WebSocket): Promise<void> {
  * spec, no more bytes than the start declared, the source paused while the target is behind.
  * Resolves when the source's stream ended whole; the target's outcome says whether it took it.
  */
-function relayMove(exporter: WebSocket, importer: WebSocket): Promise<void> {
+function relayMove(exporter: WebSocket, importer: WebSocket, limits: MoveLimits): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let declared: number | null = null;
     let relayed = 0;
     let ended = false;
+    let silence: NodeJS.Timeout | undefined;
+    const listen = () => {
+      clearTimeout(silence);
+      silence = setTimeout(() => fail(new Error(`ExportMachine: nothing came for ${MOVE_SILENCE_MS / 1000} s`)), MOVE_SILENCE_MS);
+    };
     const fail = (error: Error) => {
+      clearTimeout(silence);
       exporter.terminate();
       importer.terminate();
       reject(error);
     };
+    listen();
     exporter.on('message', (data: RawData, isBinary: boolean) => {
       const bytes = bufferOf(data);
+      if (ended) return fail(new WorkerProtocolError('ExportMachine: a message after its end'));
+      listen();
       if (declared === null) {
         const start = isBinary ? null : parseStreamMessage('MachineMoveStart', bytes);
         if (!start?.ok) return fail(new WorkerProtocolError(`ExportMachine: ${start ? start.reason : 'the stream did not begin with its start'}`));
+        const tooLarge = moveTooLarge(start.value.files, limits);
+        if (tooLarge) return fail(new WorkerProtocolError(`ExportMachine: ${tooLarge}`));
         declared = start.value.files.reduce((sum, file) => sum + file.bytes, 0);
       } else if (isBinary) {
         relayed += bytes.length;
@@ -75,6 +91,7 @@ function relayMove(exporter: WebSocket, importer: WebSocket): Promise<void> {
         const end = parseStreamMessage('MachineMoveEnd', bytes);
         if (!end.ok || relayed !== declared) return fail(new WorkerProtocolError(`ExportMachine: ${end.ok ? 'it ended before every byte' : end.reason}`));
         ended = true;
+        clearTimeout(silence);
       }
       importer.send(bytes, { binary: isBinary });
       if (importer.bufferedAmount > MOVE_WINDOW_BYTES) {
@@ -83,7 +100,7 @@ function relayMove(exporter: WebSocket, importer: WebSocket): Promise<void> {
         setTimeout(wait, 5);
       }
     });
-    exporter.on('close', () => (ended ? resolve() : fail(new WorkerUnreachableError('ExportMachine: the source worker closed the stream before its end'))));
+    exporter.on('close', () => (ended ? resolve() : fail(new Error('ExportMachine: the source worker closed the stream before its end'))));
     exporter.on('error', () => undefined);
     importer.on('close', () => exporter.terminate());
   });
@@ -123,6 +140,8 @@ export interface WorkerRegistry {
   /** The worker a machine lives on (null: none, or no such machine). */
   workerOf(machineId: string): Promise<string | null>;
   machineIdsOn(workerId: string): Promise<string[]>;
+  /** Machines with a move under way (their files may be on two workers). */
+  movingMachineIds(): Promise<string[]>;
 }
 
 export interface FleetSettings {
@@ -255,18 +274,20 @@ export class FleetMachineHost implements ServiceHost {
    * the target at the target's pace, its first and last messages checked on the way; resolves once
    * the target has put the machine in place. The source keeps its files (see destroyOn).
    */
-  async move(id: string, from: string, to: string): Promise<void> {
+  async move(id: string, from: string, to: string, limits: MoveLimits): Promise<void> {
     const [source, target] = [this.member(from), this.member(to)];
-    let importer: WebSocket | undefined;
-    let outcome: Promise<void> | undefined;
-    importer = await target.calls.upgrade(machinePath(id, 'import'), 'ImportMachine', (ws) => {
+    let outcome!: Promise<void>;
+    const importer = await target.calls.upgrade(`${machinePath(id, 'import')}?disk_mib=${limits.diskMib}&memory_mib=${limits.memoryMib}`, 'ImportMachine', (ws) => {
       outcome = importOutcome(ws);
       outcome.catch(() => undefined); // awaited below; it may fail before then
       return ws;
     }, CALL_MS);
     try {
-      await source.calls.upgrade(machinePath(id, 'export'), 'ExportMachine', (ws) => relayMove(ws, importer!), MOVE_EXPORT_MS);
-      await outcome;
+      const relayed = source.calls.upgrade(machinePath(id, 'export'), 'ExportMachine', (ws) => relayMove(ws, importer, limits), MOVE_EXPORT_MS);
+      relayed.catch(() => undefined);
+      // The target's verdict wins: a refusal mid-stream is the move's failure, not a worker gone.
+      await Promise.race([relayed, outcome]);
+      await withDeadline(outcome, MOVE_INSTALL_MS, `the target worker did not put the machine in place within ${MOVE_INSTALL_MS / 1000} s`);
     } finally {
       importer.terminate();
     }
@@ -385,10 +406,11 @@ export class FleetMachineHost implements ServiceHost {
     return (await this.on(id)).checkpoint(id);
   }
 
-  /** Each worker answering now removes what none of its own machines' rows owns. */
+  /** Each worker answering now removes what none of its own machines' rows owns (a machine on its way to it counts as its own). */
   async removeStrays(owned: readonly string[]): Promise<string[]> {
+    const moving = await this.settings.registry.movingMachineIds();
     const removed = await Promise.all(this.up().map(async (member) => {
-      const own = new Set(await this.settings.registry.machineIdsOn(member.registered.id));
+      const own = new Set([...(await this.settings.registry.machineIdsOn(member.registered.id)), ...moving]);
       return member.host.removeStrays(owned.filter((id) => own.has(id)));
     }));
     return removed.flat();

@@ -4,7 +4,7 @@
 // remaining machine's chain uses it (images are never removed here).
 import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
-import { qcow2Header } from './qemu';
+import { qcow2Header, type ImageInfo } from './qemu';
 
 /** Layer files are `<machine id>-<n>.qcow2`: the machine whose disk made them. */
 const LAYER_NAME = /^([A-Za-z0-9_-]{1,64})-(\d+)\.qcow2$/;
@@ -71,6 +71,9 @@ export class LayerStore {
       if (files.length >= MAX_CHAIN || files.includes(file)) throw new Error(`the disk chain of ${active} is longer than ${MAX_CHAIN} or loops`);
       files.push(file);
       const header = await qcow2Header(file);
+      // A header the machine's QEMU wrote must not make anything that reads the chain as root open another file.
+      const problem = headerProblem(header);
+      if (problem) throw new Error(`the disk chain of ${active} has ${basename(file)}, which ${problem}`);
       const backing = header['backing-filename'];
       file = backing ? resolve(dirname(file), backing) : undefined;
     }
@@ -136,4 +139,16 @@ export class LayerStore {
     for (const file of removed) rmSync(file, { force: true });
     return removed;
   }
+}
+
+/**
+ * What makes a chain file unfit to be read (by qemu-img as root, by a move): anything but plain
+ * qcow2 data in the file itself; the backing name is checked on its own (checkChainFile). Null: fit.
+ */
+export function headerProblem(header: ImageInfo): string | null {
+  if (header.format !== 'qcow2') return `is ${header.format}, not qcow2`;
+  const specific = header['format-specific'] as { type?: string; data?: Record<string, unknown> } | undefined;
+  if (specific?.data?.['data-file'] !== undefined) return 'names an external data file';
+  if (specific?.data?.encrypt !== undefined || (header as { encrypted?: boolean }).encrypted) return 'is encrypted';
+  return null;
 }

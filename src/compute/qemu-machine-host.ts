@@ -5,7 +5,7 @@
 // instant-copies (machines started as copies: of a boot snapshot, of a running machine; and the
 // boot snapshots themselves), guest-personalisation (identity), agent-registry (agents),
 // console-tail (the serial log); this file runs QEMU processes and keeps them in order.
-import { MachineMoves, type MoveStart, type MovedFileRole, type OutgoingMachine } from './machine-moves';
+import { MachineMoves, type MoveLimits, type MoveStart, type MovedFileRole, type OutgoingMachine } from './machine-moves';
 import { LayerBuilder, type BuiltLayer, type LayerBuildRequest } from './layer-builder';
 import type { ImageManifest } from '../../images';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
@@ -232,8 +232,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /** Puts a machine received from another worker in place (stopped, its session kept). */
-  importMachine(id: string, start: MoveStart, received: Partial<Record<MovedFileRole, string>>): Promise<void> {
-    return this.exclusive(id, () => this.moves.install(id, start, received));
+  importMachine(id: string, start: MoveStart, received: Partial<Record<MovedFileRole, string>>, limits: MoveLimits): Promise<void> {
+    return this.exclusive(id, () => this.moves.install(id, start, received, limits));
   }
 
   /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */

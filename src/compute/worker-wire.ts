@@ -51,6 +51,7 @@ function execFields(params: ExecStartParams | Wire['ExecStart']): ExecStartParam
 export const wire = {
   moveStart: (start: MoveStart): Wire['MachineMoveStart'] => ({
     base: start.base,
+    base_sha256: start.baseSha256,
     state: {
       host_keys_generated: start.state.hostKeysGenerated,
       generation_id: start.state.generationId,
@@ -91,6 +92,7 @@ export const wire = {
 export const fromWire = {
   moveStart: (start: Wire['MachineMoveStart']): MoveStart => ({
     base: start.base,
+    baseSha256: start.base_sha256,
     state: {
       hostKeysGenerated: start.state.host_keys_generated,
       generationId: start.state.generation_id,

@@ -52,9 +52,22 @@ export class PostgresReplicaPresence implements ReplicaPresence {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.retry);
     const client = this.client;
     this.client = undefined;
     await client?.end().catch(() => undefined);
+  }
+
+  private retry: NodeJS.Timeout | undefined;
+
+  /** Takes the lock again as soon as the database answers (every 2 s until then). */
+  private reconnectSoon(): void {
+    if (this.closed || this.retry) return;
+    this.retry = setTimeout(() => {
+      this.retry = undefined;
+      void this.session().catch(() => this.reconnectSoon());
+    }, 2_000);
+    this.retry.unref();
   }
 
   /** The session holding this replica's lock, opened again (and the lock taken again) when it was lost. */
@@ -65,6 +78,7 @@ export class PostgresReplicaPresence implements ReplicaPresence {
       const lost = () => {
         if (this.client === client) this.client = undefined;
         void client.end().catch(() => undefined);
+        this.reconnectSoon(); // without its lock this replica looks gone to the others
       };
       client.on('error', lost);
       client.on('end', lost);

@@ -119,7 +119,14 @@ export class InstanceOperations {
       const outcomeKind = outcome.event?.type === 'instance.error' ? 'error' : 'ok';
       this.observer?.operationEnded(instance.operation, outcomeKind, Math.max(0, this.clock.now().getTime() - claimedAt.getTime()) / 1000);
     }
+    const lost = Symbol('lost claim');
     return this.transactions.run(async (tx) => {
+      // Written only while the claim is still this replica's: one that took it over (this one was
+      // thought gone) finishes it, and this end must then change nothing, its event included.
+      const owned = outcome.deleted
+        ? await this.store.finishOwned(tx, instance.id, this.owner, { deleted: true })
+        : await this.store.finishOwned(tx, instance.id, this.owner, { update: outcome.update });
+      if (!owned) throw lost;
       if (outcome.event) {
         await appendEvent(tx, instance.accountId, {
           type: outcome.event.type,
@@ -138,11 +145,11 @@ export class InstanceOperations {
           });
         }
       }
-      if (outcome.deleted) {
-        await this.store.delete(tx, instance.id);
-        return null;
-      }
-      return this.store.update(instance.id, { ...outcome.update, operation: null, operationStartedAt: null }, tx);
+      return outcome.deleted ? null : this.store.findById(instance.id, tx);
+    }).catch(async (error: unknown) => {
+      if (error !== lost) throw error;
+      this.logger.error({ instance: instance.id, operation: instance.operation }, 'another replica took this operation over meanwhile: its end is that replica\'s');
+      return this.store.findById(instance.id);
     });
   }
 }

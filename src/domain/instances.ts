@@ -423,6 +423,7 @@ export class Instances {
         ...fields(name),
         workerId,
         operation,
+        operationOwner: this.operations.owner,
         operationStartedAt: now,
         createdAt: now,
       });

@@ -14,7 +14,7 @@ import type { Transactions } from './transactions';
 
 /** What a move asks of the compute side (several hosts: FleetMachineHost). */
 export interface MachineMover {
-  move(id: string, from: string, to: string): Promise<void>;
+  move(id: string, from: string, to: string, limits: { diskMib: number; memoryMib: number }): Promise<void>;
   destroyOn(workerId: string, id: string): Promise<void>;
 }
 
@@ -41,7 +41,7 @@ export class MachineMoves {
     let failure: string | null = null;
     const final = await this.operations.run(claimed, async () => {
       try {
-        await mover.move(instance.id, from, to);
+        await mover.move(instance.id, from, to, { diskMib: instance.diskMib, memoryMib: instance.memoryMib });
         return { update: { workerId: to }, event: null };
       } catch (error) {
         if (cameFromUnreachableHost(error)) throw error; // left open: the reconciler ends it once the worker answers

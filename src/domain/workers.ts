@@ -120,6 +120,10 @@ export class Workers implements WorkerRegistry {
     return this.store.machineIdsOn(workerId);
   }
 
+  movingMachineIds(): Promise<string[]> {
+    return this.store.movingMachineIds();
+  }
+
   private async setState(name: string, state: 'active' | 'draining'): Promise<Worker> {
     const worker = await this.named(name);
     await this.store.setState(worker.id, state);

@@ -498,7 +498,9 @@ export interface paths {
          *     image disk under its images folder, gives the machine a jail user of its own and puts it in
          *     place stopped (with its saved session); then it sends one `MachineMoveOutcome` and closes.
          *     A stream that breaks off, or a message out of order, leaves nothing behind. A machine
-         *     already here answers `failed`.
+         *     already here answers `failed`. The query names the machine's size from its record: no
+         *     file may be larger than such a machine holds (the disk's virtual size included), and the
+         *     worker must have the room for them.
          */
         get: operations["ImportMachine"];
         put?: never;
@@ -801,6 +803,8 @@ export interface components {
         MachineMoveStart: {
             /** @description The image disk the sent disk is an overlay on, relative to the images folder. */
             base: string;
+            /** @description SHA-256 of the image disk the sent disk is an overlay on (its manifest's); the receiver's must be the same bytes. */
+            base_sha256: string;
             /** @description In the order their bytes follow; the disk first, then the session's device state and RAM file when it has one. */
             files: {
                 bytes: number;
@@ -1618,7 +1622,10 @@ export interface operations {
     };
     ImportMachine: {
         parameters: {
-            query?: never;
+            query: {
+                disk_mib: number;
+                memory_mib: number;
+            };
             header?: never;
             path: {
                 id: components["parameters"]["MachineId"];

@@ -55,6 +55,21 @@ export class InstanceStore {
     return count === 1;
   }
 
+  /**
+   * Ends an operation this replica owns: its changes written, the claim cleared, or the row removed
+   * (`deleted`); false when the claim is no longer this replica's (another finished it meanwhile),
+   * and then nothing is written.
+   */
+  async finishOwned(tx: Transaction, id: string, owner: string, end: { deleted: true } | { update: InstanceUpdate }): Promise<boolean> {
+    const client = clientFor(tx);
+    if ('deleted' in end) return (await client.instance.deleteMany({ where: { id, operationOwner: owner } })).count === 1;
+    const { count } = await client.instance.updateMany({
+      where: { id, operationOwner: owner },
+      data: { ...end.update, operation: null, operationStartedAt: null, operationInput: Prisma.DbNull, operationOwner: null } as Prisma.InstanceUncheckedUpdateManyInput,
+    });
+    return count === 1;
+  }
+
   /** Takes over an open operation from the replica that ran it (gone); false when another replica took it first. */
   async takeOperation(id: string, operation: string, from: string | null, owner: string): Promise<boolean> {
     const { count } = await this.db.instance.updateMany({ where: { id, operation, operationOwner: from }, data: { operationOwner: owner } });

@@ -153,6 +153,12 @@ export class WorkerStore {
     return rows.map((row) => ({ name: row.name, accountEmail: row.account.email, status: row.status, workerId: row.workerId }));
   }
 
+  /** Machines with a move under way. */
+  async movingMachineIds(): Promise<string[]> {
+    const rows = await this.db.instance.findMany({ where: { operation: 'move' }, select: { id: true } });
+    return rows.map((row) => row.id);
+  }
+
   /** The ids of the machines each worker runs, for its reaper and stray collection. */
   async machineIdsOn(workerId: string): Promise<string[]> {
     const rows = await this.db.instance.findMany({ where: { workerId }, select: { id: true } });

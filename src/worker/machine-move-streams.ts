@@ -5,11 +5,11 @@
 // untrusted: a message out of order, a byte too many or a hash that differs ends the stream, and the
 // files written so far are removed.
 import { createHash, type Hash } from 'node:crypto';
-import { closeSync, createReadStream, openSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, openSync, statfsSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { RawData, WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
-import type { MoveStart, MovedFileRole, OutgoingMachine } from '../compute/machine-moves';
+import { moveTooLarge, type MoveLimits, type MoveStart, type MovedFileRole, type OutgoingMachine } from '../compute/machine-moves';
 import { fromWire, parseStreamMessage, wire } from '../compute/worker-wire';
 import { bufferOf } from '../net/websocket';
 
@@ -49,11 +49,11 @@ export async function sendMachine(ws: WebSocket, outgoing: OutgoingMachine): Pro
 export interface MachineReceiver {
   incomingFolder(id: string): string;
   abandonIncoming(id: string): void;
-  importMachine(id: string, start: MoveStart, received: Partial<Record<MovedFileRole, string>>): Promise<void>;
+  importMachine(id: string, start: MoveStart, received: Partial<Record<MovedFileRole, string>>, limits: MoveLimits): Promise<void>;
 }
 
-/** Receives a machine on `ws` and answers one MachineMoveOutcome. */
-export function receiveMachine(ws: WebSocket, id: string, receiver: MachineReceiver): void {
+/** Receives a machine (of at most `limits`, from its record) on `ws` and answers one MachineMoveOutcome. */
+export function receiveMachine(ws: WebSocket, id: string, limits: MoveLimits, receiver: MachineReceiver): void {
   const folder = receiver.incomingFolder(id);
   let start: MoveStart | null = null;
   let fileIndex = 0;
@@ -109,7 +109,7 @@ export function receiveMachine(ws: WebSocket, id: string, receiver: MachineRecei
 
   listen();
   ws.on('message', (data: RawData, isBinary: boolean) => {
-    if (finished) return;
+    if (finished || installing) return; // nothing after the end counts
     listen();
     try {
       const bytes = bufferOf(data);
@@ -119,6 +119,11 @@ export function receiveMachine(ws: WebSocket, id: string, receiver: MachineRecei
         if (!parsed.ok) return fail(parsed.reason);
         const roles = parsed.value.files.map((file) => file.role);
         if (roles[0] !== 'disk' || new Set(roles).size !== roles.length) return fail('MachineMoveStart names the disk first and each file once');
+        const tooLarge = moveTooLarge(parsed.value.files, limits);
+        if (tooLarge) return fail(`the machine cannot come: ${tooLarge}`);
+        const needed = parsed.value.files.reduce((sum, file) => sum + file.bytes, 0);
+        const free = freeBytes(folder);
+        if (needed > free) return fail(`this worker has ${free} bytes free, and the machine needs ${needed}`);
         start = fromWire.moveStart(parsed.value);
         return nextFile();
       }
@@ -139,7 +144,7 @@ export function receiveMachine(ws: WebSocket, id: string, receiver: MachineRecei
       clearTimeout(silence);
       installing = true;
       const moving = start;
-      receiver.importMachine(id, moving, received).then(() => end({ outcome: 'moved' }), (error: Error) => fail(error.message));
+      receiver.importMachine(id, moving, received, limits).then(() => end({ outcome: 'moved' }), (error: Error) => fail(error.message));
     } catch (error) {
       fail(error instanceof Error ? error.message : String(error));
     }
@@ -152,4 +157,10 @@ export function receiveMachine(ws: WebSocket, id: string, receiver: MachineRecei
       receiver.abandonIncoming(id);
     }
   });
+}
+
+/** Bytes free for an unprivileged writer on the folder's file system (a twentieth kept back). */
+function freeBytes(folder: string): number {
+  const stat = statfsSync(folder);
+  return Math.floor(stat.bavail * stat.bsize * 0.95);
 }

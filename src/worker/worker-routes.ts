@@ -11,7 +11,7 @@ import type { MachineScreens } from '../compute/guest-display';
 import type { ImagePreparation } from '../compute/image-preparation';
 import type { WorkerOffer } from './worker-config';
 import type { MachineReceiver } from './machine-move-streams';
-import type { OutgoingMachine } from '../compute/machine-moves';
+import type { MoveLimits, OutgoingMachine } from '../compute/machine-moves';
 
 export const WORKER_PROTOCOL_VERSION = 1;
 
@@ -253,7 +253,7 @@ export function failureOf(error: unknown): Answer {
 }
 
 /** An upgrade's route (AttachExec, OpenTcp, OpenScreen, BuildLayer): what it names, or the answer that refuses it. */
-export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' } | { kind: 'export'; machine: string } | { kind: 'import'; machine: string };
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' } | { kind: 'export'; machine: string } | { kind: 'import'; machine: string; limits: MoveLimits };
 
 export function upgradeTarget(target: string): UpgradeTarget | Answer {
   const url = new URL(target, 'http://worker');
@@ -264,8 +264,10 @@ export function upgradeTarget(target: string): UpgradeTarget | Answer {
   if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
   const screen = new RegExp(`^/w1/machines/${ID}/screen/rfb$`).exec(target);
   if (screen) return { kind: 'screen', machine: screen[1]! };
-  const move = new RegExp(`^/w1/machines/${ID}/(export|import)$`).exec(target);
-  if (move) return move[2] === 'export' ? { kind: 'export', machine: move[1]! } : { kind: 'import', machine: move[1]! };
+  const exported = new RegExp(`^/w1/machines/${ID}/export$`).exec(target);
+  if (exported) return { kind: 'export', machine: exported[1]! };
+  const imported = new RegExp(`^/w1/machines/${ID}/import\\?disk_mib=([1-9][0-9]{0,9})&memory_mib=([1-9][0-9]{0,9})$`).exec(target);
+  if (imported && Number(imported[2]) < 2 ** 31 && Number(imported[3]) < 2 ** 31) return { kind: 'import', machine: imported[1]!, limits: { diskMib: Number(imported[2]), memoryMib: Number(imported[3]) } };
   if (target === '/w1/layers/build') return { kind: 'layer' };
   return failure(404, 'not_found', `no WebSocket at ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);
 }

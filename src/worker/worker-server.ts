@@ -87,6 +87,8 @@ export class WorkerServer {
     // A handshake or request that stalls ends instead of holding a socket for ever.
     const server = this.serving(createTlsServer({ cert: certificate.cert, key: certificate.key, minVersion: 'TLSv1.3', handshakeTimeout: 10_000, requestTimeout: 60_000, headersTimeout: 10_000 }));
     server.maxConnections = MAX_TLS_CONNECTIONS;
+    // Longer than the heartbeat's interval: the control plane's connections are kept, not made anew each time.
+    server.keepAliveTimeout = 65_000;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, host, () => resolve());
@@ -160,9 +162,11 @@ export class WorkerServer {
       }
       open = (ws) => void sendMachine(ws, outgoing);
       abandon = () => outgoing.cleanUp();
+      // The flattening took a while: a client that left meanwhile closed the socket before anyone listened.
+      if (socket.destroyed) return abandon();
     } else if (target.kind === 'import') {
-      const machine = target.machine;
-      open = (ws) => receiveMachine(ws, machine, this.settings.host);
+      const { machine, limits } = target;
+      open = (ws) => receiveMachine(ws, machine, limits, this.settings.host);
       abandon = () => undefined;
     } else if (target.kind === 'screen') {
       let screen: Duplex;

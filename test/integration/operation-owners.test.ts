@@ -44,6 +44,21 @@ describe('operations owned by replicas', () => {
     expect({ operation: (await rowOf(row.id)).operation, owner: (await rowOf(row.id)).operationOwner }).toEqual({ operation: null, owner: null });
   });
 
+  it('writes nothing at the end of an operation another replica took over meanwhile, its event included', async () => {
+    const account = await createAccount(t);
+    const row = await insertInstance(t, account, 'taken-over', 'running');
+    const claimed = await t.services.instances.operations.claim(row, 'stop', { status: 'stopping' });
+    const eventsBefore = await t.services.database.prisma.event.count({ where: { accountId: account.id } });
+    await t.services.instances.operations.run(claimed, async () => {
+      // While this replica worked, another thought it gone and took the operation over.
+      await t.services.database.prisma.instance.update({ where: { id: row.id }, data: { operationOwner: 'the-other-replica' } });
+      return { update: { status: 'stopped', desiredState: 'stopped' }, event: { type: 'instance.stopped', data: { session_saved: false } } };
+    });
+    const after = await rowOf(row.id);
+    expect({ status: after.status, operation: after.operation, owner: after.operationOwner }).toEqual({ status: 'stopping', operation: 'stop', owner: 'the-other-replica' });
+    expect(await t.services.database.prisma.event.count({ where: { accountId: account.id } })).toBe(eventsBefore);
+  });
+
   it('finishes an operation whose replica is gone', async () => {
     const row = await openStop('orphaned', 'a-replica-long-gone');
     const stop = hostStops(t);

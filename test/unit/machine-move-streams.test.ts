@@ -13,7 +13,7 @@ import type { MoveStart, MovedFileRole } from '../../src/compute/machine-moves';
 import { receiveMachine, sendMachine } from '../../src/worker/machine-move-streams';
 
 const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
-const START = { base: 'v1/disk.qcow2', state: { host_keys_generated: true, generation_id: true, personalised: null } };
+const START = { base: 'v1/disk.qcow2', base_sha256: 'a'.repeat(64), state: { host_keys_generated: true, generation_id: true, personalised: null } };
 
 describe('moving a machine over a stream', () => {
   let dir: string;
@@ -29,7 +29,7 @@ describe('moving a machine over a stream', () => {
     server = new WebSocketServer({ port: 0, host: '127.0.0.1' });
     await new Promise((resolve) => server.once('listening', resolve));
     port = (server.address() as AddressInfo).port;
-    server.on('connection', (ws) => receiveMachine(ws, 'machine-1', {
+    server.on('connection', (ws) => receiveMachine(ws, 'machine-1', { diskMib: 64, memoryMib: 8 }, {
       incomingFolder: () => {
         rmSync(join(dir, 'incoming'), { recursive: true, force: true });
         mkdirSync(join(dir, 'incoming'));
@@ -69,7 +69,7 @@ describe('moving a machine over a stream', () => {
 
   it('takes a whole stream and hands over exactly its bytes', async () => {
     expect(await sendRaw([start, disk.subarray(0, 100), disk.subarray(100), ram.subarray(0, 1024 * 1024), ram.subarray(1024 * 1024), end])).toEqual({ outcome: 'moved' });
-    expect(imported!.start).toMatchObject({ base: 'v1/disk.qcow2', state: { hostKeysGenerated: true, generationId: true, personalised: null } });
+    expect(imported!.start).toMatchObject({ base: 'v1/disk.qcow2', baseSha256: 'a'.repeat(64), state: { hostKeysGenerated: true, generationId: true, personalised: null } });
     expect(imported!.files.disk!.equals(disk)).toBe(true);
     expect(imported!.files.ram!.equals(ram)).toBe(true);
   });
@@ -80,6 +80,8 @@ describe('moving a machine over a stream', () => {
     ['a start without the disk first', () => [JSON.stringify({ ...START, files: [{ role: 'ram', bytes: 1 }] })], /disk first/],
     ['more bytes than declared', () => [start, disk, Buffer.concat([ram, Buffer.from('x')])], /more bytes came than/],
     ['the end before every byte', () => [start, disk, end], /before every file's bytes/],
+    ['a file larger than the machine', () => [JSON.stringify({ ...START, files: [{ role: 'disk', bytes: 1 }, { role: 'ram', bytes: 9 * 1048576 }] })], /ram file .* is larger than a machine/],
+    ['more than the worker has free', () => [JSON.stringify({ ...START, files: [{ role: 'disk', bytes: 4 * 1024 ** 4 }] })], /larger than a machine|bytes free/],
     ['a hash that differs', () => [start, disk, ram, JSON.stringify({ sha256: { disk: sha(disk), ram: sha(Buffer.from('other')) } })], /ram file's bytes do not match/],
   ])('ends the move on %s, leaving nothing', async (_what, messages, reason) => {
     expect(await sendRaw(messages())).toEqual({ outcome: 'failed', message: expect.stringMatching(reason) });
@@ -104,7 +106,7 @@ describe('moving a machine over a stream', () => {
     const relay = new WebSocketServer({ port: 0, host: '127.0.0.1' });
     await new Promise((resolve) => relay.once('listening', resolve));
     relay.on('connection', (ws) => void sendMachine(ws, {
-      start: { base: 'v1/disk.qcow2', state: { hostKeysGenerated: false, generationId: true, personalised: null }, files: [{ role: 'disk', bytes: disk.length }, { role: 'ram', bytes: ram.length }] },
+      start: { base: 'v1/disk.qcow2', baseSha256: 'a'.repeat(64), state: { hostKeysGenerated: false, generationId: true, personalised: null }, files: [{ role: 'disk', bytes: disk.length }, { role: 'ram', bytes: ram.length }] },
       paths: { disk: diskPath, ram: ramPath, state: undefined },
       cleanUp: () => (cleaned = true),
     }));
