@@ -107,6 +107,7 @@ describe('instance operations over HTTP on one machine', () => {
   beforeAll(async () => {
     await ensureTestImage();
     t = await startTestService({
+      compute: 'worker', // the service's default layout: the machine runs in a local kiste-worker
       env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' },
       lifecycleWaitMs: 1, // every lifecycle call that touches the machine outlives this bound
       commandOutputLimitBytes: OUTPUT_LIMIT,
