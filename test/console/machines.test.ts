@@ -28,7 +28,7 @@ describe('console machine pages with a real guest', () => {
 
   beforeAll(async () => {
     await ensureTestImage();
-    rig = await startConsole({ env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
+    rig = await startConsole({ compute: 'worker', env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } }); // machines in a local kiste-worker, the default layout
     expect(await rig.t.services.machineHost.refreshImage('minimal')).not.toBeNull();
     account = await createAccount(rig.t);
     key = await apiKeyFor(rig.t, account);
