@@ -13,7 +13,7 @@ import { KisteError } from '../src/errors';
 import { createServices, type Services } from '../src/services';
 import { WorkerAdminError } from '../src/domain/workers';
 import { offerOf } from '../src/store/workers';
-import { PostgresReplicaPresence, SoleReplica } from '../src/db/replica-presence';
+import { joinReplicas, type ReplicaPresence } from '../src/db/replica-presence';
 
 const USAGE = `usage: npm run admin -- <command> [options]
 
@@ -187,12 +187,12 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
   say(`opening the database (${where})`);
   const database: Database = await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir });
   // Operations this process claims (a drain's) name it, as a replica's do: the service's reconciler leaves them to it while it runs.
-  const replicas = database.provider === 'postgresql' && config.databaseUrl ? new PostgresReplicaPresence(config.databaseUrl) : new SoleReplica();
+  let replicas: ReplicaPresence | undefined;
   try {
-    if (replicas instanceof PostgresReplicaPresence) await replicas.start();
+    replicas = await joinReplicas(database.provider === 'postgresql' ? config.databaseUrl : undefined);
     return await work(createServices(config, database, { replicas }));
   } finally {
-    await replicas.close();
+    await replicas?.close();
     await database.close();
   }
 }

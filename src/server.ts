@@ -6,7 +6,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { serviceJobs } from './background';
 import { PostgresLeaderLock, SOLE_PROCESS } from './db/leader-lock';
-import { PostgresReplicaPresence, SoleReplica } from './db/replica-presence';
+import { joinReplicas } from './db/replica-presence';
 import { Config, ConfigError, loadConfig } from './config';
 import { openDatabase } from './db/database';
 import { serveWebSockets } from './http/websocket';
@@ -32,8 +32,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const accelerator = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured', probeMs: 0 };
   logger.info(accelerator, 'machine accelerator');
   // Every operation names the replica that runs it; another finishes it only once that one is gone.
-  const replicas = database.provider === 'postgresql' && config.databaseUrl ? new PostgresReplicaPresence(config.databaseUrl) : new SoleReplica();
-  if (replicas instanceof PostgresReplicaPresence) await replicas.start();
+  const replicas = await joinReplicas(database.provider === 'postgresql' ? config.databaseUrl : undefined);
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger, replicas });
   // A worker back after it could not be reached: its machines are adopted and what it cut short
   // (operations, image builds) is finished (listened to before the start, so a worker that ends during the first pass is not missed).

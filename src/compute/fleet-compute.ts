@@ -17,104 +17,19 @@ import type {
 import { RemoteImages } from './remote-images';
 import type { ServiceCompute, ServiceHost } from './service-compute';
 import { SupervisedWorker } from './supervised-worker';
-import { introduceWorker, WorkerClient, WorkerProtocolError, WorkerUnreachableError, type WorkerHello } from './worker-client';
-import type { RawData, WebSocket } from 'ws';
-import { bufferOf } from '../net/websocket';
-import { peerText } from '../protocol/peer-input';
-import { machinePath, parseStreamMessage } from './worker-wire';
-import { moveTooLarge, type MoveLimits } from './machine-moves';
+import { introduceWorker, WorkerClient, WorkerUnreachableError, type WorkerHello } from './worker-client';
+import { WORKER_PROTOCOL_VERSION } from './worker-wire';
+import type { MoveLimits } from './machine-moves';
+import { relayMachineMove } from './machine-move-relay';
+import { withDeadline } from '../deadline';
 import { WorkerMachineHost } from './worker-machine-host';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
 const HEARTBEAT_MS = 5_000;
-/** The protocol this control plane speaks; a worker that says another is not used. */
-const PROTOCOL_VERSION = 1;
-/** An export flattens the disk before its stream opens: minutes for a large one. */
-const MOVE_EXPORT_MS = 30 * 60_000;
-/** The relay pauses the source while this much waits to reach the target. */
-const MOVE_WINDOW_BYTES = 8 * 1024 * 1024;
-/** A source that sends nothing for this long (the target slow or the link gone) ends the move. */
-const MOVE_SILENCE_MS = 120_000;
-/** After the last byte: the target checks the hashes and puts the machine in place. */
-const MOVE_INSTALL_MS = 10 * 60_000;
-
-/** The target's one answer: MachineMoveOutcome `moved`, or why not. */
-function importOutcome(importer: WebSocket): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    importer.on('message', (data: RawData) => {
-      const parsed = parseStreamMessage('MachineMoveOutcome', bufferOf(data));
-      if (!parsed.ok) return reject(new WorkerProtocolError(`ImportMachine: ${parsed.reason}`));
-      if (parsed.value.outcome === 'moved') resolve();
-      else reject(new Error(`the target worker refused the machine: ${peerText(parsed.value.message, 500)}`));
-    });
-    importer.on('close', () => reject(new WorkerUnreachableError('ImportMachine: the target worker closed the stream without an outcome')));
-    importer.on('error', () => undefined);
-  });
-}
-
-/**
- * Relays an ExportMachine stream to an ImportMachine one: the start and end checked against the
- * spec, no more bytes than the start declared, the source paused while the target is behind.
- * Resolves when the source's stream ended whole; the target's outcome says whether it took it.
- */
-function relayMove(exporter: WebSocket, importer: WebSocket, limits: MoveLimits): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    let declared: number | null = null;
-    let relayed = 0;
-    let ended = false;
-    let silence: NodeJS.Timeout | undefined;
-    const listen = () => {
-      clearTimeout(silence);
-      silence = setTimeout(() => fail(new Error(`ExportMachine: nothing came for ${MOVE_SILENCE_MS / 1000} s`)), MOVE_SILENCE_MS);
-    };
-    const fail = (error: Error) => {
-      clearTimeout(silence);
-      exporter.terminate();
-      importer.terminate();
-      reject(error);
-    };
-    listen();
-    exporter.on('message', (data: RawData, isBinary: boolean) => {
-      const bytes = bufferOf(data);
-      if (ended) return fail(new WorkerProtocolError('ExportMachine: a message after its end'));
-      listen();
-      if (declared === null) {
-        const start = isBinary ? null : parseStreamMessage('MachineMoveStart', bytes);
-        if (!start?.ok) return fail(new WorkerProtocolError(`ExportMachine: ${start ? start.reason : 'the stream did not begin with its start'}`));
-        const tooLarge = moveTooLarge(start.value.files, limits);
-        if (tooLarge) return fail(new WorkerProtocolError(`ExportMachine: ${tooLarge}`));
-        declared = start.value.files.reduce((sum, file) => sum + file.bytes, 0);
-      } else if (isBinary) {
-        relayed += bytes.length;
-        if (relayed > declared) return fail(new WorkerProtocolError('ExportMachine: more bytes than its start declared'));
-      } else {
-        const end = parseStreamMessage('MachineMoveEnd', bytes);
-        if (!end.ok || relayed !== declared) return fail(new WorkerProtocolError(`ExportMachine: ${end.ok ? 'it ended before every byte' : end.reason}`));
-        ended = true;
-        clearTimeout(silence);
-      }
-      importer.send(bytes, { binary: isBinary });
-      if (importer.bufferedAmount > MOVE_WINDOW_BYTES) {
-        exporter.pause();
-        const wait = () => (importer.readyState !== importer.OPEN || importer.bufferedAmount <= MOVE_WINDOW_BYTES ? exporter.resume() : setTimeout(wait, 5));
-        setTimeout(wait, 5);
-      }
-    });
-    exporter.on('close', () => (ended ? resolve() : fail(new Error('ExportMachine: the source worker closed the stream before its end'))));
-    exporter.on('error', () => undefined);
-    importer.on('close', () => exporter.terminate());
-  });
-}
-
 /** A heartbeat's hello: far below the lease (30 s), so a slow worker loses only its own. */
 const HELLO_MS = 4_000;
 /** Other calls' default deadline (machine operations give their own). */
 const CALL_MS = 10_000;
-
-function withDeadline<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new WorkerUnreachableError(message)), ms)))]).finally(() => clearTimeout(timer));
-}
 
 /** A worker as the compute layer calls it: where, with which secret, trusting which certificate. */
 export interface RegisteredWorker {
@@ -155,7 +70,8 @@ export interface FleetSettings {
 
 /** One worker: its client while it answers (null otherwise), its images and host over that client. */
 class Member {
-  client: WorkerClient | null = null;
+  /** The client while the worker answers its heartbeat (SupervisedWorker's source). */
+  worker: WorkerClient | null = null;
   /** Its hello's started_at: a new run (it was restarted) is a return even when no heartbeat was missed. */
   run: string | null = null;
   readonly calls = new SupervisedWorker(this);
@@ -164,11 +80,6 @@ class Member {
 
   constructor(public registered: RegisteredWorker, accelerator: Accelerator) {
     this.host = new WorkerMachineHost(this.calls, this.images, accelerator);
-  }
-
-  /** SupervisedWorker's source: the client while the worker answers its heartbeat. */
-  get worker(): WorkerClient | null {
-    return this.client;
   }
 }
 
@@ -186,7 +97,7 @@ export class FleetMachineHost implements ServiceHost {
   }
 
   reachableFor(workerId: string | null): boolean {
-    return workerId !== null && Boolean(this.members.get(workerId)?.client);
+    return workerId !== null && Boolean(this.members.get(workerId)?.worker);
   }
 
   /**
@@ -208,35 +119,34 @@ export class FleetMachineHost implements ServiceHost {
     }
     member.registered = worker;
     try {
-      let hello: WorkerHello;
+      let hello: WorkerHello | null = null;
       let pinned: string | undefined;
       if (worker.certificatePem === null) {
-        const introduced = await introduceWorker(worker.address, worker.secret, HELLO_MS);
-        hello = introduced.hello;
-        pinned = introduced.certificatePem;
+        // First contact: the introduction's own signed hello is this beat's.
+        ({ hello, certificatePem: pinned } = await introduceWorker(worker.address, worker.secret, HELLO_MS));
         worker.certificatePem = pinned;
         this.settings.logger.info({ worker: worker.name, fingerprint: hello.tls_fingerprint }, 'first contact with a worker: its certificate is pinned');
       }
-      const client = member.client ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: CALL_MS });
+      const client = member.worker ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: CALL_MS });
       // A short deadline of its own: one worker that is slow to answer must not hold back the other workers' leases.
-      hello = await withDeadline(client.hello(), HELLO_MS, `the worker did not answer its hello within ${HELLO_MS} ms`);
-      if (hello.protocol_version !== PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${PROTOCOL_VERSION}`);
+      hello ??= await withDeadline(client.hello(), HELLO_MS, () => new WorkerUnreachableError(`the worker did not answer its hello within ${HELLO_MS} ms`));
+      if (hello.protocol_version !== WORKER_PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${WORKER_PROTOCOL_VERSION}`);
       await this.settings.registry.answered(worker.id, {
         offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
         protocolVersion: hello.protocol_version,
         ...(pinned ? { certificatePem: pinned } : {}),
       });
-      const back = member.client === null || member.run !== hello.started_at;
-      member.client = client;
+      const back = member.worker === null || member.run !== hello.started_at;
+      member.worker = client;
       member.run = hello.started_at;
       void member.images.refresh(this.settings.profile).catch(() => null); // read at its own pace
       if (back) this.settings.logger.info({ worker: worker.name }, 'worker answers: its machines are adopted and what it cut short is finished');
       return back;
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      if (member.client) this.settings.logger.warn({ worker: worker.name, err: message }, 'worker does not answer: calls for its machines answer N01 until it does');
-      member.client?.close();
-      member.client = null;
+      if (member.worker) this.settings.logger.warn({ worker: worker.name, err: message }, 'worker does not answer: calls for its machines answer N01 until it does');
+      member.worker?.close();
+      member.worker = null;
       await this.settings.registry.failed(worker.id, message).catch(() => undefined);
       return false;
     }
@@ -244,13 +154,13 @@ export class FleetMachineHost implements ServiceHost {
 
   /** Ends every worker's kept connections (at stop). */
   close(): void {
-    for (const member of this.members.values()) member.client?.close();
+    for (const member of this.members.values()) member.worker?.close();
     this.members.clear();
   }
 
   /** The workers answering now. */
   private up(): Member[] {
-    return [...this.members.values()].filter((member) => member.client !== null);
+    return [...this.members.values()].filter((member) => member.worker !== null);
   }
 
   /**
@@ -265,7 +175,7 @@ export class FleetMachineHost implements ServiceHost {
 
   private member(workerId: string): Member {
     const member = this.members.get(workerId);
-    if (!member?.client) throw new WorkerUnreachableError(`worker ${workerId} does not answer now`);
+    if (!member?.worker) throw new WorkerUnreachableError(`worker ${workerId} does not answer now`);
     return member;
   }
 
@@ -275,22 +185,7 @@ export class FleetMachineHost implements ServiceHost {
    * the target has put the machine in place. The source keeps its files (see destroyOn).
    */
   async move(id: string, from: string, to: string, limits: MoveLimits): Promise<void> {
-    const [source, target] = [this.member(from), this.member(to)];
-    let outcome!: Promise<void>;
-    const importer = await target.calls.upgrade(`${machinePath(id, 'import')}?disk_mib=${limits.diskMib}&memory_mib=${limits.memoryMib}`, 'ImportMachine', (ws) => {
-      outcome = importOutcome(ws);
-      outcome.catch(() => undefined); // awaited below; it may fail before then
-      return ws;
-    }, CALL_MS);
-    try {
-      const relayed = source.calls.upgrade(machinePath(id, 'export'), 'ExportMachine', (ws) => relayMove(ws, importer, limits), MOVE_EXPORT_MS);
-      relayed.catch(() => undefined);
-      // The target's verdict wins: a refusal mid-stream is the move's failure, not a worker gone.
-      await Promise.race([relayed, outcome]);
-      await withDeadline(outcome, MOVE_INSTALL_MS, `the target worker did not put the machine in place within ${MOVE_INSTALL_MS / 1000} s`);
-    } finally {
-      importer.terminate();
-    }
+    await relayMachineMove(this.member(from).calls, this.member(to).calls, id, limits);
   }
 
   /** Removes a machine's files from one worker (the source of a move, once the target holds it). */
@@ -300,7 +195,7 @@ export class FleetMachineHost implements ServiceHost {
 
   async isolationProblem(): Promise<{ reason: string; hint: string } | null> {
     const up = this.up();
-    if (up.length === 0) return { reason: 'no registered worker answers now', hint: 'start a worker (npm run admin -- worker add, then kiste-worker with its join token) or check its address' };
+    if (up.length === 0) return { reason: 'no registered worker answers now', hint: 'start a worker (npm run admin -- worker-add, then kiste-worker with its join token) or check its address' };
     const problems = await Promise.all(up.map((member) => member.host.isolationProblem().catch(() => null)));
     return problems.every((problem) => problem !== null) ? problems[0]! : null;
   }

@@ -10,6 +10,7 @@ import type { GuestAgent } from './guest-agent';
 import type { GuestIdentity, HostImage, MachineShape } from './machine-host';
 import { acquireLock } from '../../images/lock';
 import { qcow2Header } from './qemu';
+import { headerProblem } from './layers';
 
 export const BUILDER_PREFIX = 'builder-';
 const BUILD_TIMEOUT_MS = 45 * 60_000;
@@ -254,12 +255,12 @@ export class LayerBuilder {
     await chmod(disk, 0o644);
     const header = await qcow2Header(disk);
     const baseDisk = resolve(this.versionDir(request.base.version), 'disk.qcow2');
-    const problem = header.format !== 'qcow2' ? `its format is ${header.format}`
-      : header['format-specific']?.data?.['data-file'] ? 'it names an external data file'
-        : !header['backing-filename'] || !isAbsolute(header['backing-filename']) || resolve(header['backing-filename']) !== baseDisk ? `it does not back onto ${baseDisk}`
-          : header['backing-filename-format'] !== 'qcow2' ? 'its backing file is not named as qcow2'
-            : header['virtual-size'] !== request.diskMib * MIB ? `its size is ${header['virtual-size']} bytes, not ${request.diskMib} MiB`
-              : null;
+    const unfit = headerProblem(header); // the rule every chain file is read by
+    const problem = unfit ? `it ${unfit}`
+      : !header['backing-filename'] || !isAbsolute(header['backing-filename']) || resolve(header['backing-filename']) !== baseDisk ? `it does not back onto ${baseDisk}`
+        : header['backing-filename-format'] !== 'qcow2' ? 'its backing file is not named as qcow2'
+          : header['virtual-size'] !== request.diskMib * MIB ? `its size is ${header['virtual-size']} bytes, not ${request.diskMib} MiB`
+            : null;
     if (problem) {
       await rm(building, { recursive: true, force: true });
       throw new Error(`the builder's disk cannot become a layer: ${problem}`);

@@ -109,13 +109,10 @@ export class WorkerClient {
     const deadlineMs = timeoutMs ?? this.settings.timeoutMs ?? 10_000;
     return new Promise<T>((resolveUpgrade, rejectUpgrade) => {
       const endpoint = this.settings.endpoint;
+      const options = { headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false };
       const ws = 'socketPath' in endpoint
-        ? new WebSocket(`ws+unix://${endpoint.socketPath}:${path}`, {
-          headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false,
-        })
-        : new WebSocket(`wss://${addressOf(endpoint.address).authority}${path}`, {
-          headers, perMessageDeflate: false, maxPayload: MAX_STREAM_MESSAGE_BYTES, handshakeTimeout: deadlineMs, followRedirects: false, ...pinnedTls(endpoint.certificatePem),
-        });
+        ? new WebSocket(`ws+unix://${endpoint.socketPath}:${path}`, options)
+        : new WebSocket(`wss://${addressOf(endpoint.address).authority}${path}`, { ...options, ...pinnedTls(endpoint.certificatePem) });
       // A deadline for the whole upgrade and any refusal's body, not only for silence.
       const deadline = setTimeout(() => {
         ws.terminate();
@@ -243,7 +240,8 @@ function readBounded(res: IncomingMessage, what: string): Promise<Buffer> {
  */
 export async function introduceWorker(address: string, secret: Buffer, timeoutMs = 10_000): Promise<{ hello: WorkerHello; certificatePem: string }> {
   const certificatePem = await presentedCertificate(address, timeoutMs);
-  const hello = await new WorkerClient({ endpoint: { address, certificatePem }, secret, timeoutMs }).hello();
+  const client = new WorkerClient({ endpoint: { address, certificatePem }, secret, timeoutMs });
+  const hello = await client.hello().finally(() => client.close());
   if (hello.tls_fingerprint !== new X509Certificate(certificatePem).fingerprint256) {
     throw new WorkerProtocolError('the worker names another TLS certificate than the one presented on this connection (a man in the middle?)');
   }
@@ -259,7 +257,7 @@ function presentedCertificate(address: string, timeoutMs: number): Promise<strin
       const raw = socket.getPeerCertificate().raw;
       socket.destroy();
       if (!raw) return reject(new WorkerProtocolError('the worker presented no TLS certificate'));
-      resolve(`-----BEGIN CERTIFICATE-----\n${raw.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END CERTIFICATE-----\n`);
+      resolve(new X509Certificate(raw).toString());
     });
     socket.once('timeout', () => {
       socket.destroy();

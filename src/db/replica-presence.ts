@@ -102,3 +102,11 @@ export class PostgresReplicaPresence implements ReplicaPresence {
     return this.connecting;
   }
 }
+
+/** This process's presence among the replicas, its lock taken: on PostgreSQL (`url`) a lock of its own, else the one control plane SQLite has. */
+export async function joinReplicas(url: string | undefined): Promise<ReplicaPresence> {
+  if (!url) return new SoleReplica();
+  const presence = new PostgresReplicaPresence(url);
+  await presence.start();
+  return presence;
+}

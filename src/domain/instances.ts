@@ -70,8 +70,8 @@ export interface LifecycleAnswer {
   finished: boolean;
 }
 
-/** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, capacity, a ready image). */
-type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'capacity' | 'reachableFor'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
+/** What instances ask of the host: machines' lives, their agents (metrics), whether a machine can start now (isolation, a ready image) and its host answers (room is the placement's). */
+type InstanceHost = Machines & GuestAgents & Pick<HostChecks, 'isolationProblem' | 'reachableFor'> & Pick<HostImages, 'currentImage' | 'imageBuildState'>;
 
 export class Instances {
   readonly operations: InstanceOperations;

@@ -8,6 +8,7 @@
 //
 // The operator setting KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE (rules.allowPrivate) lifts the
 // scheme, port and address rules, for development and tests; credentials are refused regardless.
+import { withDeadline } from '../deadline';
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { KisteError } from '../errors';
@@ -61,16 +62,6 @@ export function parseWebhookUrl(raw: string, rules: TargetRules): URL {
   return url;
 }
 
-function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    work.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(Object.assign(new Error(`${what} timed out`), { code: 'ETIMEOUT' })), ms);
-    }),
-  ]);
-}
-
 /**
  * The whole rule: parses, resolves the host (every address), refuses when any address is not
  * public (unless rules.allowPrivate), and returns the address to connect to. Throws 422 N11 (param url).
@@ -83,7 +74,7 @@ export async function checkWebhookTarget(raw: string, rules: TargetRules, resolv
     addresses = [{ address: hostname, family: isIP(hostname) }];
   } else {
     try {
-      addresses = await withTimeout(resolve(hostname), RESOLVE_TIMEOUT_MS, `resolving ${hostname}`);
+      addresses = await withDeadline(resolve(hostname), RESOLVE_TIMEOUT_MS, () => Object.assign(new Error(`resolving ${hostname} timed out`), { code: 'ETIMEOUT' }));
     } catch (error) {
       const code = (error as { code?: string }).code ?? (error as Error).message;
       throw refused(`The webhook URL's host ${hostname} could not be resolved (${code})`);

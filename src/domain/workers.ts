@@ -3,7 +3,7 @@
 // derives from its token is kept sealed, bound to the worker's id.
 import { isIP } from 'node:net';
 import { newJoinToken, workerSecretOf } from '../protocol/worker-join';
-import { offerOf, type Worker, type WorkerStore } from '../store/workers';
+import { roomLeft, type Worker, type WorkerStore } from '../store/workers';
 import type { WorkerFigures } from '../observability/metrics';
 import type { RegisteredWorker, WorkerContact, WorkerRegistry } from '../compute/fleet-compute';
 import type { Clock } from './clock';
@@ -51,13 +51,12 @@ export class Workers implements WorkerRegistry {
     const list = await this.store.list();
     const loads = await this.store.loads(list.map((worker) => worker.id));
     return list.map((worker) => {
-      const offer = offerOf(worker);
-      const load = loads.get(worker.id) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
+      const room = roomLeft(worker, loads.get(worker.id));
       return {
         name: worker.name,
         state: worker.state,
         answers: this.isLive(worker),
-        free: { vcpu: Math.max(0, offer.vcpu - load.vcpu), memoryMib: Math.max(0, offer.memoryMib - load.memoryMib), diskMib: Math.max(0, offer.diskMib - load.diskMib) },
+        free: { vcpu: Math.max(0, room.vcpu), memoryMib: Math.max(0, room.memoryMib), diskMib: Math.max(0, room.diskMib) },
       };
     });
   }

@@ -82,10 +82,6 @@ export class InstanceStore {
     return clientFor(tx, this.db).instance.update({ where: { id }, data: { ...data, ...ending } });
   }
 
-  delete(tx: Transaction, id: string): Promise<unknown> {
-    return clientFor(tx).instance.deleteMany({ where: { id } });
-  }
-
   /** Host-wide: every instance (reconciliation at start). */
   all(): Promise<Instance[]> {
     return this.db.instance.findMany();

@@ -70,10 +70,10 @@ export class WorkerStore {
     return true;
   }
 
-  /** Each worker's load, by id (workers without machines are absent). */
-  async loads(workerIds: readonly string[], tx?: Transaction): Promise<Map<string, WorkerLoad>> {
+  /** Each worker's load, by id (workers without machines are absent); `except`: leave out that machine. */
+  async loads(workerIds: readonly string[], tx?: Transaction, except?: string): Promise<Map<string, WorkerLoad>> {
     const rows = await clientFor(tx, this.db).instance.findMany({
-      where: { workerId: { in: [...workerIds] } },
+      where: { workerId: { in: [...workerIds] }, ...(except ? { id: { not: except } } : {}) },
       select: { workerId: true, desiredState: true, vcpu: true, memoryMib: true, diskMib: true },
     });
     const loads = new Map<string, WorkerLoad>();
@@ -98,20 +98,25 @@ export class WorkerStore {
   async place(tx: Transaction, shape: Shape, now: Date, among: { only?: string; except?: string } = {}): Promise<string | null> {
     const client = clientFor(tx);
     const where = { state: 'active', leaseUntil: { gt: now }, ...(among.only ? { id: among.only } : {}), ...(among.except ? { NOT: { id: among.except } } : {}) };
-    // One placement at a time across replicas (PostgreSQL: a lock held until this transaction ends,
-    // so the next one sees what this one reserved; SQLite has one writer and one control plane).
-    if (this.provider === 'postgresql') await client.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);
+    await this.lockPlacement(client);
     const candidates = await client.worker.findMany({ where });
     const loads = await this.loads(candidates.map((worker) => worker.id), tx);
     let best: { id: string; memoryLeft: number } | null = null;
     for (const worker of candidates) {
-      const load = loads.get(worker.id) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
-      const offer = offerOf(worker);
-      const left = { vcpu: offer.vcpu - load.vcpu - shape.vcpu, memoryMib: offer.memoryMib - load.memoryMib - shape.memoryMib, diskMib: offer.diskMib - load.diskMib - shape.diskMib };
-      if (left.vcpu < 0 || left.memoryMib < 0 || left.diskMib < 0) continue;
-      if (!best || left.memoryMib > best.memoryLeft) best = { id: worker.id, memoryLeft: left.memoryMib };
+      const room = roomLeft(worker, loads.get(worker.id));
+      if (!fits(shape, room)) continue;
+      const memoryLeft = room.memoryMib - shape.memoryMib;
+      if (!best || memoryLeft > best.memoryLeft) best = { id: worker.id, memoryLeft };
     }
     return best?.id ?? null;
+  }
+
+  /**
+   * One placement at a time across replicas (PostgreSQL: a lock held until the transaction ends, so
+   * the next one sees what this one reserved; SQLite has one writer and one control plane).
+   */
+  private async lockPlacement(client: { $executeRawUnsafe(query: string): Promise<number> }): Promise<void> {
+    if (this.provider === 'postgresql') await client.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);
   }
 
   /**
@@ -121,12 +126,11 @@ export class WorkerStore {
    */
   async runningFit(workerId: string): Promise<boolean> {
     return this.db.$transaction(async (tx) => {
-      if (this.provider === 'postgresql') await tx.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(hashtext('kiste-placement'))`);
+      await this.lockPlacement(tx);
       const worker = await tx.worker.findUnique({ where: { id: workerId } });
       if (!worker) return false;
-      const load = (await this.loads([workerId], tx as unknown as Transaction)).get(workerId) ?? { machines: 0, vcpu: 0, memoryMib: 0, diskMib: 0 };
-      const offer = offerOf(worker);
-      return load.vcpu <= offer.vcpu && load.memoryMib <= offer.memoryMib;
+      const room = roomLeft(worker, (await this.loads([workerId], tx as unknown as Transaction)).get(workerId));
+      return room.vcpu >= 0 && room.memoryMib >= 0;
     });
   }
 
@@ -134,11 +138,8 @@ export class WorkerStore {
   async roomToStart(workerId: string, shape: Shape, instanceId: string): Promise<boolean> {
     const worker = await this.db.worker.findUnique({ where: { id: workerId } });
     if (!worker) return false;
-    const others = await this.db.instance.findMany({ where: { workerId, desiredState: 'running', id: { not: instanceId } }, select: { vcpu: true, memoryMib: true } });
-    const vcpu = others.reduce((sum, row) => sum + row.vcpu, 0) + shape.vcpu;
-    const memoryMib = others.reduce((sum, row) => sum + row.memoryMib, 0) + shape.memoryMib;
-    const offer = offerOf(worker);
-    return vcpu <= offer.vcpu && memoryMib <= offer.memoryMib;
+    const room = roomLeft(worker, (await this.loads([workerId], undefined, instanceId)).get(workerId));
+    return shape.vcpu <= room.vcpu && shape.memoryMib <= room.memoryMib;
   }
 
   /** Where a machine lives (null: the control plane's own host). */
@@ -164,6 +165,16 @@ export class WorkerStore {
     const rows = await this.db.instance.findMany({ where: { workerId }, select: { id: true } });
     return rows.map((row) => row.id);
   }
+}
+
+/** What placement could still give a worker: its offer (within the ceiling) less its load (negative: over). */
+export function roomLeft(worker: Worker, load: WorkerLoad | undefined): Shape {
+  const offer = offerOf(worker);
+  return { vcpu: offer.vcpu - (load?.vcpu ?? 0), memoryMib: offer.memoryMib - (load?.memoryMib ?? 0), diskMib: offer.diskMib - (load?.diskMib ?? 0) };
+}
+
+function fits(shape: Shape, room: Shape): boolean {
+  return shape.vcpu <= room.vcpu && shape.memoryMib <= room.memoryMib && shape.diskMib <= room.diskMib;
 }
 
 /** What placement gives a worker: what it offers, never past the operator's ceiling. */

@@ -4,7 +4,7 @@
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import type { ImageProfile, MachineHost } from '../compute/machine-host';
-import { fromWire, wire } from '../compute/worker-wire';
+import { fromWire, wire, WORKER_PROTOCOL_VERSION } from '../compute/worker-wire';
 import { AgentCallError } from '../compute/agent/errors';
 import type { ExecTable } from './agent-streams';
 import type { MachineScreens } from '../compute/guest-display';
@@ -13,7 +13,6 @@ import type { WorkerOffer } from './worker-config';
 import type { MachineReceiver } from './machine-move-streams';
 import type { MoveLimits, OutgoingMachine } from '../compute/machine-moves';
 
-export const WORKER_PROTOCOL_VERSION = 1;
 
 type Wire = components['schemas'];
 export type Answer = { status: number; body: unknown };

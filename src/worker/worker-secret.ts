@@ -7,7 +7,12 @@ import { closeSync, constants, fstatSync, linkSync, openSync, readFileSync, rmSy
 import { MIN_SECRET_BYTES } from '../protocol/worker-signature';
 import { safeEqual } from '../protocol/safe-equal';
 
-export class WorkerSecretError extends Error {}
+export class WorkerSecretError extends Error {
+  /** The file is not there (the one case a first start may make it). */
+  constructor(message: string, readonly missing = false) {
+    super(message);
+  }
+}
 
 /**
  * Reads the secret file (hex); `create`: writes one first when there is none — `joined` (the
@@ -23,22 +28,36 @@ export function readWorkerSecret(path: string, options: { create: boolean; joine
 }
 
 function readSecretFile(path: string, options: { create: boolean; joined?: Buffer }): Buffer {
+  let text: string;
+  try {
+    text = readPrivateFile(path, 'the worker secret file');
+  } catch (error) {
+    if (error instanceof WorkerSecretError && error.missing && options.create) return createSecret(path, options.joined ?? randomBytes(MIN_SECRET_BYTES));
+    throw error;
+  }
+  return parseSecret(path, text);
+}
+
+/**
+ * A file only this user may read (`what` names it in errors): not a link, a plain file of this
+ * user's, no access for others; read through the one descriptor that was checked.
+ */
+export function readPrivateFile(path: string, what: string): string {
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' && options.create) return createSecret(path, options.joined ?? randomBytes(MIN_SECRET_BYTES));
-    if (code === 'ENOENT') throw new WorkerSecretError(`the worker secret file ${path} does not exist`);
-    if (code === 'ELOOP') throw new WorkerSecretError(`the worker secret file ${path} is a symbolic link`);
-    throw new WorkerSecretError(`the worker secret file ${path} cannot be read (${code ?? String(error)})`);
+    if (code === 'ENOENT') throw new WorkerSecretError(`${what} ${path} does not exist`, true);
+    if (code === 'ELOOP') throw new WorkerSecretError(`${what} ${path} is a symbolic link`);
+    throw new WorkerSecretError(`${what} ${path} cannot be read (${code ?? String(error)})`);
   }
   try {
     const stat = fstatSync(fd);
-    if (!stat.isFile()) throw new WorkerSecretError(`the worker secret file ${path} is not a file`);
-    if (stat.uid !== process.getuid?.()) throw new WorkerSecretError(`the worker secret file ${path} belongs to another user`);
-    if ((stat.mode & 0o077) !== 0) throw new WorkerSecretError(`the worker secret file ${path} may be read by others (chmod 600 it)`);
-    return parseSecret(path, readFileSync(fd, 'utf8'));
+    if (!stat.isFile()) throw new WorkerSecretError(`${what} ${path} is not a file`);
+    if (stat.uid !== process.getuid?.()) throw new WorkerSecretError(`${what} ${path} belongs to another user`);
+    if ((stat.mode & 0o077) !== 0) throw new WorkerSecretError(`${what} ${path} may be read by others (chmod 600 it)`);
+    return readFileSync(fd, 'utf8');
   } finally {
     closeSync(fd);
   }

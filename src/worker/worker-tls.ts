@@ -1,6 +1,7 @@
 // The worker's TLS certificate between hosts: the operator's (KISTE_WORKER_TLS_CERT/KEY) or one made
 // once in <data>/worker-tls (self-signed, P-256, ten years). The control plane does not need a CA:
 // it pins the certificate on first contact, which the worker names in its signed hello.
+import { readPrivateFile } from './worker-secret';
 import { execFileSync } from 'node:child_process';
 import { existsSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,19 +19,19 @@ export function workerCertificate(settings: { certFile: string | null; keyFile: 
     ? [settings.certFile, settings.keyFile]
     : generated(settings.generatedDir);
   // Whoever planted a key here could read and alter the streams TLS alone protects: it must be ours alone.
-  privateToUs(keyFile, 0o077);
+  const key = readPrivateFile(keyFile, 'the worker\'s TLS key');
   const cert = readFileSync(certFile, 'utf8');
-  return { cert, key: readFileSync(keyFile, 'utf8'), fingerprint: new X509Certificate(cert).fingerprint256 };
+  return { cert, key, fingerprint: new X509Certificate(cert).fingerprint256 };
 }
 
 export class WorkerCertificateError extends Error {}
 
-/** A plain file or folder (not a link) of this user that nobody else may read (`forbidden` mode bits clear). */
-function privateToUs(path: string, forbidden: number): void {
+/** A folder (not a link) of this user that nobody else may enter. */
+function privateFolder(path: string): void {
   const stat = lstatSync(path);
   if (stat.isSymbolicLink()) throw new WorkerCertificateError(`${path} is a symbolic link`);
   if (stat.uid !== process.getuid?.()) throw new WorkerCertificateError(`${path} belongs to another user`);
-  if ((stat.mode & forbidden) !== 0) throw new WorkerCertificateError(`${path} may be read by others (chmod ${forbidden === 0o077 ? '600' : '700'} it)`);
+  if ((stat.mode & 0o077) !== 0) throw new WorkerCertificateError(`${path} may be entered by others (chmod 700 it)`);
 }
 
 /** The certificate made on an earlier start, else a new one (written aside and moved into place whole). */
@@ -38,7 +39,7 @@ function generated(dir: string): [string, string] {
   const certFile = join(dir, 'cert.pem');
   const keyFile = join(dir, 'key.pem');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  privateToUs(dir, 0o077);
+  privateFolder(dir);
   if (existsSync(certFile) && existsSync(keyFile)) return [certFile, keyFile];
   const staging = join(dir, `new-${process.pid}`);
   rmSync(staging, { recursive: true, force: true });

@@ -14,7 +14,7 @@ import { createApp } from '../../src/http/app';
 import { servesHttps } from '../../src/http/browser-edges';
 import { cookieName } from '../../src/http/cookies';
 import { createServices, Services, type ServiceOptions } from '../../src/services';
-import { PostgresReplicaPresence, SoleReplica } from '../../src/db/replica-presence';
+import { joinReplicas } from '../../src/db/replica-presence';
 import type { Account } from '../../src/store/accounts';
 import { checkContract } from './contract';
 import { openDatabase } from '../../src/db/database';
@@ -80,8 +80,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     ? pino({ level: 'debug' }, { write: (line: string) => options.log!(line) })
     : pino({ level: 'silent' });
   // Replicas on one PostgreSQL see each other as the service's do (operations' owners).
-  const replicas = database.url ? new PostgresReplicaPresence(database.url) : new SoleReplica();
-  if (replicas instanceof PostgresReplicaPresence) await replicas.start();
+  const replicas = await joinReplicas(database.url);
   const services = createServices(config, database, {
     replicas,
     logger: options.log ? logger : undefined,

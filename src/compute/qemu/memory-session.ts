@@ -25,6 +25,7 @@
 //
 // If anything fails before the state file is complete, the guest is resumed (`cont`) and keeps
 // running: a failed save never loses the machine.
+import { withDeadline } from '../../deadline';
 import { chmodSync, chownSync, closeSync, constants, createReadStream, createWriteStream, existsSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -109,7 +110,7 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
     }
     if (final.status !== 'completed') throw new Error(`memory save of ${machine.id} ${final.status}: ${final['error-desc'] ?? 'no detail'}`);
     // "completed" means QEMU has sent the last byte; the file is complete once the stream ended.
-    await withTimeout(receiver.written, Math.max(1000, timeoutMs - (Date.now() - started)), `memory save of ${machine.id}: migration completed but ${stateFile} was not written`);
+    await withDeadline(receiver.written, Math.max(1000, timeoutMs - (Date.now() - started)), () => new Error(`memory save of ${machine.id}: migration completed but ${stateFile} was not written`));
     if (options.durable) fsyncFile(part);
     renameSync(part, stateFile);
   } catch (error) {
@@ -271,16 +272,6 @@ async function sendState(socket: string, file: string, timeoutMs: number, before
   }
   createReadStream(file).on('error', () => peer.destroy()).pipe(peer);
   return { close: () => peer.destroy() };
-}
-
-function withTimeout<T>(work: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    work.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(message)), ms);
-    }),
-  ]);
 }
 
 function fsyncFile(path: string): void {
