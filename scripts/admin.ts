@@ -38,8 +38,13 @@ several hosts (KISTE_COMPUTE=workers; PostgreSQL when there is more than one con
       A draining worker takes no new machines; its machines run on. Activate takes it back.
       --move: also moves every machine off it to the other workers, one at a time: a running
       machine is stopped with its memory saved, moved, and resumed where it was.
+  worker-lost --name N
+      The worker's host is gone for good (it must not have answered for 30 s): nothing is placed
+      on it again, and each of its machines ends in the error state (an event and an alert to its
+      owner), to be deleted. Should the host answer again after all, it is adopted anew: it removes
+      the machines deleted meanwhile and runs the others again. worker-activate takes it back.
   worker-remove --name N
-      Forgets a drained worker no machine lives on.
+      Forgets a drained or lost worker no machine lives on.
   worker-repin --name N
       After the worker's TLS certificate was renewed: the next contact pins the one it presents
       (the worker's signed hello must name it).
@@ -89,6 +94,7 @@ const OPTIONS_OF: Record<string, readonly string[]> = {
   'worker-drain': ['name', 'move'],
   'worker-activate': ['name'],
   'worker-remove': ['name'],
+  'worker-lost': ['name'],
   'worker-repin': ['name'],
   machines: [],
 };
@@ -345,6 +351,10 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
         if (parsed.move) await moveAllOff(config, services, drained.id);
       } else if (parsed.command === 'worker-activate') {
         say(`worker ${(await workers.activate(requireName(parsed))).name} takes new machines again`);
+      } else if (parsed.command === 'worker-lost') {
+        const { worker, machines } = await services.workerLoss.declareLost(requireName(parsed));
+        for (const machine of machines) process.stdout.write(`${machine}\n`);
+        say(`worker ${worker.name} is lost: ${machines.length} machine${machines.length === 1 ? '' : 's'} marked so`);
       } else if (parsed.command === 'worker-repin') {
         await workers.repin(requireName(parsed));
         say(`worker ${parsed.name}: the certificate it presents next is pinned`);

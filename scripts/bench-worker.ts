@@ -28,8 +28,7 @@ import { machineFiles } from '../src/compute/qemu/machine-files';
 import { RemoteGuestAgents } from '../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../src/compute/remote-machines';
 import { RemoteImages } from '../src/compute/remote-images';
-import { WorkerClient } from '../src/compute/worker-client';
-import { readWorkerSecret } from '../src/worker/worker-secret';
+import { adoptedWorkerClient } from '../test/support/adopted-worker';
 import { TEST_IMAGE_DIR } from '../test/support/images';
 import { ServiceProcess } from '../test/support/service-process';
 import { log } from './bench/support';
@@ -77,7 +76,7 @@ async function main(): Promise<void> {
       { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' },
     );
     await worker.listening();
-    return new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    return adoptedWorkerClient(dataDir);
   };
   try {
     let client = await startWorker();

@@ -42,7 +42,8 @@ import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
 import { InProcessCompute, type ServiceCompute, type ServiceHost } from './compute/service-compute';
-import { LocalWorkerCompute } from './compute/local-worker-compute';
+import { WorkerLoss } from './domain/worker-loss';
+import { LocalWorkerCompute, type LocalWorkerSettings } from './compute/local-worker-compute';
 import { FleetCompute } from './compute/fleet-compute';
 import { HostPlacement, WorkerPlacement } from './domain/placement';
 import { Workers } from './domain/workers';
@@ -103,6 +104,7 @@ export interface Services {
   workers: Workers;
   /** Stopped machines moved between workers (drain). */
   moves: MachineMoves;
+  workerLoss: WorkerLoss;
   instances: Instances;
   /** The universal image, private images and the component catalogue. */
   images: Images;
@@ -193,10 +195,11 @@ export function createServices(config: Config, database: Database, options: Serv
   });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
+  const ownedMachineIds = async (): Promise<string[]> => (await stores.instances.all()).map((row) => row.id);
   const secretKey = installationSecret(config);
   const workerStore = new WorkerStore(db, database.provider);
   const workers = new Workers(workerStore, new SecretBox(secretKey, 'worker signing secrets'), clock);
-  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, keepVersions, workers, options);
+  const compute = options.compute ?? serviceCompute(config, options.accelerator ?? 'tcg', logger, metrics, { keepVersions, ownedMachineIds }, workers, options);
   const machineHost = compute.host;
   const machineDisplay = compute.display;
   const credentials = new Credentials(stores, secretKey, clock, database.credentialChanges, options.credentialCacheTtlMs);
@@ -261,6 +264,7 @@ export function createServices(config: Config, database: Database, options: Serv
     machineHost,
     compute,
     workers,
+    workerLoss: new WorkerLoss(workers, stores.instances, instances.operations),
     moves: new MachineMoves(transactions, stores.instances, instances.operations, workerStore, compute instanceof FleetCompute ? compute.host : null, clock),
     instances,
     images,
@@ -283,12 +287,12 @@ export function createServices(config: Config, database: Database, options: Serv
 }
 
 /** Machines in a supervised local kiste-worker (the default), on registered workers (several hosts), or in this process. */
-function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, keepVersions: () => Promise<Iterable<string>>, workers: Workers, options: Pick<ServiceOptions, 'machineDisplay' | 'workerOutput'>): ServiceCompute {
+function serviceCompute(config: Config, accelerator: Accelerator, logger: Required<ServiceOptions>['logger'], metrics: ServiceMetrics, records: Pick<LocalWorkerSettings, 'keepVersions' | 'ownedMachineIds'>, workers: Workers, options: Pick<ServiceOptions, 'machineDisplay' | 'workerOutput'>): ServiceCompute {
   if (config.compute === 'workers') {
     return new FleetCompute({ registry: workers, profile: config.imageProfile, accelerator, logger, machineDisplay: options.machineDisplay });
   }
   if (config.compute === 'worker') {
-    return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay: options.machineDisplay, keepVersions, output: options.workerOutput });
+    return new LocalWorkerCompute({ config, accelerator, logger, machineDisplay: options.machineDisplay, ...records, output: options.workerOutput });
   }
   return new InProcessCompute({
     ...computeSettingsOf(config, accelerator, logger),

@@ -31,6 +31,8 @@ export interface MakerSettings {
 
 export class BootSnapshotMaker {
   private readonly making = new Map<string, Promise<BootSnapshot | null>>();
+  /** The ids templates run as while they are made (a removal of strays keeps them). */
+  private readonly templates = new Set<string>();
   private stopped = false;
 
   constructor(
@@ -66,6 +68,11 @@ export class BootSnapshotMaker {
     return this.stopped;
   }
 
+  /** Whether a template of this process runs as this machine id now. */
+  isMaking(id: string): boolean {
+    return this.templates.has(id);
+  }
+
   private async makeUnderLock(image: HostImage, shape: SnapshotShape): Promise<BootSnapshot | null> {
     const lock = await this.store.lock(image, shape);
     try {
@@ -81,6 +88,7 @@ export class BootSnapshotMaker {
     const id = this.store.templateId(image, shape);
     const started = Date.now();
     await this.machines.destroy(id); // a template a killed service left
+    this.templates.add(id);
     try {
       await this.machines.createImageSizedDisk(id, image);
       await this.machines.boot(id, { ...shape, diskMib: 0 }, image, TEMPLATE_IDENTITY);
@@ -98,6 +106,7 @@ export class BootSnapshotMaker {
       return snapshot;
     } finally {
       await this.machines.destroy(id).catch((error: Error) => this.settings.logger.warn({ err: error, machine: id }, 'boot snapshot template could not be removed'));
+      this.templates.delete(id);
     }
   }
 }

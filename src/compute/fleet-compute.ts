@@ -23,6 +23,7 @@ import type { MoveLimits } from './machine-moves';
 import { relayMachineMove } from './machine-move-relay';
 import { withDeadline } from '../deadline';
 import { WorkerMachineHost } from './worker-machine-host';
+import { adoptWorker } from './worker-adoption';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
 const HEARTBEAT_MS = 5_000;
@@ -38,6 +39,10 @@ export interface RegisteredWorker {
   address: string;
   secret: Buffer;
   certificatePem: string | null;
+  /** The fencing epoch the worker was last adopted with (its row's). */
+  epoch: number;
+  /** Declared lost by the operator: nothing is placed on it, and its machines' files are taken as gone. */
+  lost: boolean;
 }
 
 export interface WorkerContact {
@@ -57,6 +62,9 @@ export interface WorkerRegistry {
   machineIdsOn(workerId: string): Promise<string[]>;
   /** Machines with a move under way (their files may be on two workers). */
   movingMachineIds(): Promise<string[]>;
+  /** Moves the worker's epoch from `from` to `to`; false when another replica did first (it adopts the worker). */
+  fence(id: string, from: number, to: number): Promise<boolean>;
+  isLost(workerId: string): Promise<boolean>;
 }
 
 export interface FleetSettings {
@@ -131,12 +139,21 @@ export class FleetMachineHost implements ServiceHost {
       // A short deadline of its own: one worker that is slow to answer must not hold back the other workers' leases.
       hello ??= await withDeadline(client.hello(), HELLO_MS, () => new WorkerUnreachableError(`the worker did not answer its hello within ${HELLO_MS} ms`));
       if (hello.protocol_version !== WORKER_PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${WORKER_PROTOCOL_VERSION}`);
+      let adopted = false;
+      if (hello.epoch === 0 || hello.epoch !== worker.epoch) {
+        // A run nobody adopted (it started), or one the records moved past (declared lost, or revived
+        // from an older state): fenced under the next epoch, then rid of what no record owns.
+        adopted = await this.adoptRun(worker, client, hello.epoch);
+        if (!adopted) return false; // another replica adopts it now; this one reads the new epoch next time
+      } else {
+        client.epoch = hello.epoch;
+      }
       await this.settings.registry.answered(worker.id, {
         offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
         protocolVersion: hello.protocol_version,
         ...(pinned ? { certificatePem: pinned } : {}),
       });
-      const back = member.worker === null || member.run !== hello.started_at;
+      const back = adopted || member.worker === null || member.run !== hello.started_at;
       member.worker = client;
       member.run = hello.started_at;
       void member.images.refresh(this.settings.profile).catch(() => null); // read at its own pace
@@ -150,6 +167,21 @@ export class FleetMachineHost implements ServiceHost {
       await this.settings.registry.failed(worker.id, message).catch(() => undefined);
       return false;
     }
+  }
+
+  /**
+   * Adopts a run of the worker under the epoch after both its own and its row's: the row first, by
+   * compare-and-set (false: another replica got there first), then the worker is fenced and removes
+   * every machine none of its rows owns (a machine on its way to it counts as its own).
+   */
+  private async adoptRun(worker: RegisteredWorker, client: WorkerClient, helloEpoch: number): Promise<boolean> {
+    const epoch = Math.max(worker.epoch, helloEpoch) + 1;
+    if (!(await this.settings.registry.fence(worker.id, worker.epoch, epoch))) return false;
+    worker.epoch = epoch;
+    const owned = [...(await this.settings.registry.machineIdsOn(worker.id)), ...(await this.settings.registry.movingMachineIds())];
+    const removed = await adoptWorker(client, epoch, owned);
+    this.settings.logger.info({ worker: worker.name, epoch, removed }, removed.length ? 'worker adopted: machines no record owns were removed' : 'worker adopted');
+    return true;
   }
 
   /** Ends every worker's kept connections (at stop). */
@@ -316,6 +348,9 @@ export class FleetMachineHost implements ServiceHost {
   }
 
   async destroy(id: string): Promise<void> {
+    const workerId = await this.settings.registry.workerOf(id);
+    // Its files went with its host: if that host ever answers again, its adoption removes them.
+    if (workerId !== null && (await this.settings.registry.isLost(workerId))) return;
     await (await this.on(id)).destroy(id);
   }
 

@@ -221,6 +221,11 @@ export class InstantCopies {
   }
 
   /** Boot snapshots being made stop at their next step (service shutdown). */
+  /** Whether this machine id is a boot snapshot template being made now (not a stray). */
+  isMakingTemplate(id: string): boolean {
+    return this.maker.isMaking(id);
+  }
+
   stopMaking(): void {
     this.maker.stop();
   }

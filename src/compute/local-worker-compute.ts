@@ -13,6 +13,8 @@ import { SupervisedWorker } from './supervised-worker';
 import { RemoteImages } from './remote-images';
 import { WorkerMachineHost } from './worker-machine-host';
 import { WorkerSupervisor, type WorkerState } from './worker-supervisor';
+import { adoptWorker } from './worker-adoption';
+import type { WorkerClient } from './worker-client';
 
 /** How often the worker's image state is read while it is up (a build's step for K06, a new version). */
 const IMAGE_REFRESH_MS = 5_000;
@@ -25,6 +27,8 @@ export interface LocalWorkerSettings {
   logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
   /** The image versions the database still needs (private images' layers sit on them): the worker removes the others. */
   keepVersions(): Promise<Iterable<string>>;
+  /** Every machine the records own: adopting a run of the worker removes the others. */
+  ownedMachineIds(): Promise<string[]>;
   /** Tests drive a display of their own. */
   machineDisplay?: MachineDisplay;
   /** Where the worker's log lines go (default: this process's stdout). */
@@ -52,6 +56,7 @@ export class LocalWorkerCompute implements ServiceCompute {
       logger: settings.logger,
       output: settings.output,
       onState: (state) => this.changed(state),
+      adopt: (client, helloEpoch) => this.adopt(client, helloEpoch),
     });
     const worker = new SupervisedWorker(this.supervisor);
     this.images = new RemoteImages(worker);
@@ -81,6 +86,15 @@ export class LocalWorkerCompute implements ServiceCompute {
   async stop(): Promise<void> {
     this.stopRefreshing();
     await this.supervisor.stop(); // SIGTERM: the worker leaves its machines running
+  }
+
+  /**
+   * A run of the local worker is adopted under the next epoch: on one box the worker is this
+   * process's child, so nobody else adopts it and its own hello says the highest epoch so far.
+   */
+  private async adopt(client: WorkerClient, helloEpoch: number): Promise<void> {
+    const removed = await adoptWorker(client, helloEpoch + 1, await this.settings.ownedMachineIds());
+    if (removed.length) this.settings.logger.warn({ machines: removed }, 'adopting kiste-worker removed machines no record owns');
   }
 
   private changed(state: WorkerState): void {

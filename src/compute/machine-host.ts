@@ -144,8 +144,12 @@ export interface Machines {
    * chain of checkpoint layers bounded; `taken` is false when nothing changed or it is not running.
    */
   checkpoint(id: string): Promise<{ taken: boolean }>;
-  /** At start, after adopting: removes every machine (files, QEMU) that is none of `owned`, the machines the records own; returns their ids. */
-  removeStrays(owned: readonly string[]): Promise<string[]>;
+  /**
+   * At start after adopting, and when a worker is adopted: removes every machine (files, QEMU) that
+   * is none of `owned` (the machines the records own), none `alsoKeep` names (asked as it goes) and
+   * no boot snapshot template being made; returns their ids.
+   */
+  removeStrays(owned: readonly string[], alsoKeep?: (id: string) => boolean): Promise<string[]>;
   /** At start, after adopting: removes disk layers no machine uses any more. */
   removeUnusedLayers(): Promise<void>;
   /** Kills whatever runs and removes the machine's files. */

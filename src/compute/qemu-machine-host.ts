@@ -421,20 +421,26 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /**
-   * Only at start, before machines are driven: removes every machine that is none of `owned` —
-   * its files, and any QEMU of this host's machines folder, also one whose folder is already gone.
+   * Removes every machine that is none of `owned`, none `alsoKeep` names and no template being
+   * made — its files, and any QEMU of this host's machines folder, also one whose folder is already
+   * gone. At start before machines are driven, and when the worker is adopted (`alsoKeep` then
+   * names what the new epoch's commands addressed meanwhile).
    */
-  async removeStrays(owned: readonly string[]): Promise<string[]> {
-    const keep = new Set(owned);
+  async removeStrays(owned: readonly string[], alsoKeep: (id: string) => boolean = () => false): Promise<string[]> {
+    const owns = new Set(owned);
+    const keeps = (id: string) => owns.has(id) || alsoKeep(id) || this.copies.isMakingTemplate(id);
     const removed: string[] = [];
     for (const id of await this.knownMachineIds()) {
-      if (keep.has(id)) continue;
+      if (keeps(id)) continue;
       await this.destroy(id);
       removed.push(id);
     }
-    // Files of a move that never finished (the worker or its control plane went away meanwhile).
-    for (const name of readdirSync(this.machinesDir).filter((entry) => entry.startsWith('.incoming-'))) rmSync(join(this.machinesDir, name), { recursive: true, force: true });
-    const reaped = await reapOrphans({ machinesRoot: this.machinesDir, isOrphan: (info) => !keep.has(info.machineId) });
+    // Files of a move that never finished (the worker or its control plane went away meanwhile);
+    // one on its way now is of a machine the control plane names as owned.
+    for (const name of readdirSync(this.machinesDir).filter((entry) => entry.startsWith('.incoming-'))) {
+      if (!keeps(name.slice('.incoming-'.length))) rmSync(join(this.machinesDir, name), { recursive: true, force: true });
+    }
+    const reaped = await reapOrphans({ machinesRoot: this.machinesDir, isOrphan: (info) => !keeps(info.machineId) });
     for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
     if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
     return removed;

@@ -24,6 +24,12 @@ export type WorkerChecks = components['schemas']['WorkerChecks'];
 /** The worker cannot be reached (N01 for the API). */
 export class WorkerUnreachableError extends HostUnreachableError {}
 /**
+ * The worker refused a command of another fencing epoch than its own (it was adopted again since,
+ * or it is a run that nobody adopted yet): nothing was done, and like an unreachable worker the API
+ * answers N01 until the control plane knows the worker's epoch again.
+ */
+export class WorkerStaleEpochError extends WorkerUnreachableError {}
+/**
  * The worker took the connection but gave no whole answer in time: not a worker that is away (it
  * still answers its supervisor), so the operation fails as any other would instead of waiting for
  * a return that never comes.
@@ -63,6 +69,8 @@ export interface WorkerClientSettings {
 export class WorkerClient {
   /** Connections to a worker on another host, kept open between calls (closed by close()). */
   private readonly tlsAgent: TlsAgent | undefined;
+  /** The fencing epoch every request is signed under: the one the worker was adopted with (0 until then). */
+  epoch = 0;
 
   constructor(private readonly settings: WorkerClientSettings) {
     this.tlsAgent = 'address' in settings.endpoint ? new TlsAgent({ keepAlive: true, maxSockets: 64 }) : undefined;
@@ -86,13 +94,19 @@ export class WorkerClient {
     return this.call('GET', '/w1/checks', 'WorkerChecks') as Promise<WorkerChecks>;
   }
 
+  /** Adopts the worker under `epoch` (higher than its own); this client's requests carry it from now on. */
+  async fence(epoch: number): Promise<void> {
+    await this.call('PUT', '/w1/epoch', 'FenceWorker', { epoch });
+    this.epoch = epoch;
+  }
+
   /**
    * One operation of worker-api.yaml: `operationId` names the validators its answer must pass.
    * `timeoutMs` overrides the client's (machine operations run for minutes under TCG).
    */
   async call(method: string, path: string, operationId: string, requestBody?: unknown, timeoutMs?: number): Promise<unknown> {
     const body = requestBody === undefined ? '' : JSON.stringify(requestBody);
-    const headers = signRequest(this.settings.secret, method, path, body);
+    const headers = signRequest(this.settings.secret, method, path, body, Date.now(), this.epoch);
     const answer = await this.send(method, path, headers, body, timeoutMs ?? this.settings.timeoutMs ?? 10_000);
     return this.checked(operationId, headers[SIGNATURE_HEADERS.nonce]!, answer);
   }
@@ -104,7 +118,7 @@ export class WorkerClient {
    * came with the 101 would otherwise be delivered to nobody), and what it makes is the result.
    */
   upgrade<T>(path: string, operationId: string, attach: (ws: WebSocket) => T, timeoutMs?: number): Promise<T> {
-    const headers = signRequest(this.settings.secret, 'GET', path, '');
+    const headers = signRequest(this.settings.secret, 'GET', path, '', Date.now(), this.epoch);
     const nonce = headers[SIGNATURE_HEADERS.nonce]!;
     const deadlineMs = timeoutMs ?? this.settings.timeoutMs ?? 10_000;
     return new Promise<T>((resolveUpgrade, rejectUpgrade) => {
@@ -161,6 +175,7 @@ export class WorkerClient {
     if (!validate(parsed)) throw new WorkerProtocolError(`${operationId}: the answer (${answer.status}) does not fit the protocol (${peerText(validate.errors?.[0]?.message ?? '', 200)})`);
     if (answer.status === 200) return parsed;
     const { code, message, agent_code: agentCode } = (parsed as components['schemas']['WorkerError']).error;
+    if (code === 'stale_epoch') throw new WorkerStaleEpochError(`${operationId}: ${peerText(message, 500)}`);
     throw new WorkerCallError(answer.status, code, `${operationId}: ${peerText(message, 500)}`, agentCode);
   }
 

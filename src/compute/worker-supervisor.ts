@@ -27,6 +27,11 @@ export interface WorkerSupervisorSettings {
   /** How long a started worker may take to answer (default 120 s: it checks the jail at start). */
   startWithinMs?: number;
   onState?: (state: WorkerState) => void;
+  /**
+   * Adopts a run of the worker that is not adopted under this client's epoch yet (its hello says
+   * another): fences it with a higher epoch and removes what no record owns. It is up only after.
+   */
+  adopt(client: WorkerClient, helloEpoch: number): Promise<void>;
   /** Where the worker's log lines go, marked as its own (default: this process's stdout). */
   output?: (line: string) => void;
 }
@@ -103,6 +108,7 @@ export class WorkerSupervisor {
   private launch(): void {
     this.setState('starting');
     this.failedChecks = 0;
+    this.client = null; // a new run is adopted anew
     // setpriv: the worker gets SIGTERM when this process ends, however it ends (kill -9 included).
     const child = spawn('setpriv', ['--pdeathsig', 'SIGTERM', '--', process.execPath, ...workerCommand()], {
       env: { ...this.settings.env, KISTE_DATA_DIR: this.settings.dataDir },
@@ -143,13 +149,14 @@ export class WorkerSupervisor {
     this.schedule(tryHello, 100);
   }
 
-  /** Whether the worker answers hello with its secret (read afresh: the first start makes it). */
+  /** Whether the worker answers hello with its secret (read once it is there: the first start makes it), adopted under this client's epoch. */
   private async answers(): Promise<boolean> {
     try {
       const secretFile = join(this.settings.dataDir, 'worker.secret');
       if (!existsSync(secretFile) || !existsSync(this.socketPath)) return false;
-      this.client = new WorkerClient({ endpoint: { socketPath: this.socketPath }, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
-      await this.client.hello();
+      this.client ??= new WorkerClient({ endpoint: { socketPath: this.socketPath }, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
+      const hello = await this.client.hello();
+      if (hello.epoch !== this.client.epoch || hello.epoch === 0) await this.settings.adopt(this.client, hello.epoch);
       return true;
     } catch {
       return false;

@@ -11,10 +11,10 @@ import type { ForkedMachine, GuestIdentity, HostImage, ImageBuildState, MachineS
 
 type Wire = components['schemas'];
 
-/** The messages the protocol's streams carry as JSON text. */
 /** The version of worker-api.yaml both sides speak (`/w1/…`); a worker that says another is not used. */
-export const WORKER_PROTOCOL_VERSION = 1;
+export const WORKER_PROTOCOL_VERSION = 2;
 
+/** The messages the protocol's streams carry as JSON text. */
 type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart' | 'MachineMoveStart' | 'MachineMoveEnd' | 'MachineMoveOutcome';
 
 /** A JSON message of a worker stream, parsed into its schema in worker-api.yaml (the peer-input rule); never throws. */

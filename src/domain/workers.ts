@@ -81,8 +81,8 @@ export class Workers implements WorkerRegistry {
 
   async remove(name: string): Promise<void> {
     const worker = await this.named(name);
-    // Draining first: placement never picks it then, so no create races the removal.
-    if (worker.state !== 'draining') throw new WorkerAdminError(`drain ${name} first (npm run admin -- worker-drain --name ${name})`);
+    // Drained or lost first: placement never picks it then, so no create races the removal.
+    if (worker.state === 'active') throw new WorkerAdminError(`drain ${name} first (npm run admin -- worker-drain --name ${name})`);
     if (!(await this.store.remove(worker.id))) throw new WorkerAdminError(`machines still live on ${name}: delete or move them first`);
   }
 
@@ -93,7 +93,30 @@ export class Workers implements WorkerRegistry {
       address: worker.address,
       secret: Buffer.from(this.secrets.open(worker.sealedSecret, worker.id), 'hex'),
       certificatePem: worker.certificatePem,
+      epoch: worker.epoch,
+      lost: worker.state === 'lost',
     }));
+  }
+
+  fence(id: string, from: number, to: number): Promise<boolean> {
+    return this.store.fence(id, from, to);
+  }
+
+  /**
+   * The operator says a worker is gone for good: it must not answer now (its lease ran out).
+   * Returns it; its machines are then marked lost by the caller (WorkerLoss).
+   */
+  async markLost(name: string): Promise<Worker> {
+    const worker = await this.named(name);
+    if (!(await this.store.markLost(worker.id, this.clock.now()))) {
+      throw new WorkerAdminError(`${name} still answers (its lease runs until ${worker.leaseUntil?.toISOString()}): drain it instead, or wait until it has not answered for ${WORKER_LEASE_MS / 1000} s`);
+    }
+    return { ...worker, state: 'lost' };
+  }
+
+  /** Whether the worker was declared lost (a machine on it has no files any host can reach). */
+  async isLost(workerId: string): Promise<boolean> {
+    return (await this.store.findById(workerId))?.state === 'lost';
   }
 
   async answered(id: string, contact: WorkerContact): Promise<void> {

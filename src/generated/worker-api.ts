@@ -43,6 +43,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/epoch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Adopts this run of the worker under a new fencing epoch
+         * @description The epoch must be higher than the worker's current one; from the answer on, the worker
+         *     refuses every command of another epoch (409 `stale_epoch`). A lower or equal epoch is
+         *     refused with 409 and changes nothing: two control planes adopting at once cannot take the
+         *     worker back to the older one. The control plane follows with `RemoveStrays`.
+         */
+        put: operations["FenceWorker"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/execs/{exec}/cancel": {
         parameters: {
             query?: never;
@@ -613,7 +636,11 @@ export interface paths {
         put?: never;
         /**
          * Removes every machine that is none of the owned ones (files and QEMU)
-         * @description Only at start, before machines are driven. Returns the ids removed.
+         * @description At a control plane's start, before machines are driven, and whenever a worker is adopted
+         *     (after `FenceWorker`). Besides the owned ones the worker keeps the machines a command of
+         *     its current epoch has addressed since it was fenced (the control plane placed them after it
+         *     read its list), the boot snapshot templates it is making, and the files of a move on its
+         *     way here only when the machine is owned. Returns the ids removed.
          */
         post: operations["RemoveStrays"];
         delete?: never;
@@ -635,6 +662,9 @@ export interface components {
         AgentErrorCode: "bad_request" | "unknown_method" | "hello_required" | "unsupported_protocol" | "spawn_failed" | "no_such_channel" | "connect_failed" | "too_many_channels" | "command_failed" | "internal" | "timeout" | "disconnected" | "closed" | "protocol" | "bad_response" | "stalled";
         Alive: {
             alive: boolean;
+        };
+        Epoch: {
+            epoch: number;
         };
         /** @description The agent's `exec.start` parameters (agent/PROTOCOL.md) less the window, which the worker sets. */
         ExecStart: {
@@ -878,12 +908,14 @@ export interface components {
                 /** @description When a call to the guest agent failed, how (the control plane raises the same AgentCallError). */
                 agent_code?: components["schemas"]["AgentErrorCode"];
                 /** @enum {string} */
-                code: "unauthorized" | "not_found" | "bad_request" | "internal" | "failed";
+                code: "unauthorized" | "not_found" | "bad_request" | "internal" | "failed" | "stale_epoch";
                 message: string;
             };
         };
         WorkerHello: {
             accelerator: components["schemas"]["Accelerator"];
+            /** @description The fencing epoch the worker was last adopted with; 0 until a control plane adopts this run of it. */
+            epoch: number;
             /** @description What the worker offers for machines (KISTE_WORKER_VCPUS, _MEMORY_MIB, _DISK_MIB, or what its host has); placement reserves machines' shapes against it. */
             offer: {
                 disk_mib: number;
@@ -928,6 +960,15 @@ export interface components {
         };
         /** @description No such operation or image profile in this protocol version. */
         NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["WorkerError"];
+            };
+        };
+        /** @description The request names another fencing epoch than the worker's (`stale_epoch`): it was sent before the worker was adopted again, or to a worker revived from an older state. Nothing was done; the control plane adopts the worker again before it sends more. */
+        StaleEpoch: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1003,6 +1044,35 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    FenceWorker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Epoch"];
+            };
+        };
+        responses: {
+            /** @description The worker's epoch now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Epoch"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
+            500: components["responses"]["Failed"];
+        };
+    };
     CancelExec: {
         parameters: {
             query?: never;
@@ -1034,6 +1104,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1068,6 +1139,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1092,6 +1164,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1144,6 +1217,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1170,6 +1244,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1200,6 +1275,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1222,6 +1298,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1238,6 +1315,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1262,6 +1340,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1288,6 +1367,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1306,6 +1386,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1332,6 +1413,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1362,6 +1444,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1398,6 +1481,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1423,6 +1507,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1453,6 +1538,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1481,6 +1567,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1511,6 +1598,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1541,6 +1629,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1565,6 +1654,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1595,6 +1685,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1617,6 +1708,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1644,6 +1736,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1674,6 +1767,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1700,6 +1794,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1724,6 +1819,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1742,6 +1838,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1776,6 +1873,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1804,6 +1902,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
             500: components["responses"]["Failed"];
         };
     };
@@ -1822,4 +1921,4 @@ export const imageProfileValues: ReadonlyArray<FlattenedDeepRequired<components>
 export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageState"]["build"]["state"]> = ["building", "ready", "failed"];
 export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["MachineMoveStart"]["files"]["role"]> = ["disk", "state", "ram"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
-export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed"];
+export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed", "stale_epoch"];

@@ -2,11 +2,15 @@
 // "workerSignature"). A request is signed over its method, path, time, nonce and body; the answer is
 // signed over its status, the request's nonce and its body, so an answer cannot be replayed onto
 // another request. HMAC-SHA256 with the worker's secret; times older or newer than SKEW_MS and
-// nonces seen before are refused. Ground floor: node's crypto only.
+// nonces seen before are refused. A request also names the fencing epoch it was sent under (the
+// worker refuses machine commands of any other epoch; src/worker/worker-fencing.ts), signed with the
+// rest so nobody on the way can change it. Ground floor: node's crypto only.
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { safeEqual } from './safe-equal';
 
-export const SIGNATURE_HEADERS = { time: 'x-kiste-time', nonce: 'x-kiste-nonce', signature: 'x-kiste-signature' } as const;
+export const SIGNATURE_HEADERS = { time: 'x-kiste-time', nonce: 'x-kiste-nonce', epoch: 'x-kiste-epoch', signature: 'x-kiste-signature' } as const;
+/** The largest epoch (the control plane keeps it in an integer column). */
+export const MAX_EPOCH = 2_147_483_647;
 /** How far a signed time may be from the verifier's clock. */
 export const SKEW_MS = 30_000;
 /** Secrets are at least this long (bytes), as the worker's secret file holds them (hex). */
@@ -20,13 +24,15 @@ function mac(secret: Buffer, parts: string[]): string {
   return createHmac('sha256', secret).update(parts.join('\n')).digest('hex');
 }
 
-export function signRequest(secret: Buffer, method: string, path: string, body: Buffer | string, now = Date.now()): SignedHeaders {
+/** `epoch`: the fencing epoch the sender knows the worker by (0 before it was adopted). */
+export function signRequest(secret: Buffer, method: string, path: string, body: Buffer | string, now = Date.now(), epoch = 0): SignedHeaders {
   const time = String(now);
   const nonce = randomBytes(16).toString('hex');
   return {
     [SIGNATURE_HEADERS.time]: time,
     [SIGNATURE_HEADERS.nonce]: nonce,
-    [SIGNATURE_HEADERS.signature]: mac(secret, ['request', method.toUpperCase(), path, time, nonce, sha256(body)]),
+    [SIGNATURE_HEADERS.epoch]: String(epoch),
+    [SIGNATURE_HEADERS.signature]: mac(secret, ['request', method.toUpperCase(), path, time, nonce, String(epoch), sha256(body)]),
   };
 }
 
@@ -57,25 +63,27 @@ export class RequestVerifier {
   precheck(headers: Record<string, string | string[] | undefined>, now = Date.now()): RequestRefusal | null {
     const time = single(headers[SIGNATURE_HEADERS.time]);
     const nonce = single(headers[SIGNATURE_HEADERS.nonce]);
+    const epoch = single(headers[SIGNATURE_HEADERS.epoch]);
     const signature = single(headers[SIGNATURE_HEADERS.signature]);
-    if (!time || !nonce || !signature || !/^\d{1,15}$/.test(time) || !/^[0-9a-f]{32}$/.test(nonce)) return 'unsigned';
+    if (!time || !nonce || !signature || !epoch || !/^\d{1,15}$/.test(time) || !/^[0-9a-f]{32}$/.test(nonce) || !/^(0|[1-9]\d{0,9})$/.test(epoch) || Number(epoch) > MAX_EPOCH) return 'unsigned';
     if (Math.abs(now - Number(time)) > SKEW_MS) return 'stale';
     return null;
   }
 
-  verify(method: string, path: string, headers: Record<string, string | string[] | undefined>, body: Buffer, now = Date.now()): { ok: true; nonce: string } | { ok: false; reason: RequestRefusal } {
+  verify(method: string, path: string, headers: Record<string, string | string[] | undefined>, body: Buffer, now = Date.now()): { ok: true; nonce: string; epoch: number } | { ok: false; reason: RequestRefusal } {
     const refusal = this.precheck(headers, now);
     if (refusal) return { ok: false, reason: refusal };
     const time = single(headers[SIGNATURE_HEADERS.time])!;
     const nonce = single(headers[SIGNATURE_HEADERS.nonce])!;
+    const epoch = single(headers[SIGNATURE_HEADERS.epoch])!;
     const signature = single(headers[SIGNATURE_HEADERS.signature])!;
-    if (!safeEqual(signature, mac(this.secret, ['request', method.toUpperCase(), path, time, nonce, sha256(body)]))) return { ok: false, reason: 'bad_signature' };
+    if (!safeEqual(signature, mac(this.secret, ['request', method.toUpperCase(), path, time, nonce, epoch, sha256(body)]))) return { ok: false, reason: 'bad_signature' };
     this.forgetOld(now);
     if (this.seen.has(nonce) || this.seen.size >= this.maxNonces) return { ok: false, reason: 'replayed' };
     // Remembered from now at the latest: a time from the future must not hold up the forgetting of
     // everything after it (the map is in arrival order).
     this.seen.set(nonce, Math.min(Number(time), now));
-    return { ok: true, nonce };
+    return { ok: true, nonce, epoch: Number(epoch) };
   }
 
   /** Oldest first (the map keeps arrival order, near enough time order): a stale time is refused anyway. */

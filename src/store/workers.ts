@@ -63,6 +63,27 @@ export class WorkerStore {
     await this.db.worker.update({ where: { id }, data: { state } });
   }
 
+  /**
+   * Moves the worker's fencing epoch from `from` to `to`, unless another replica moved it first
+   * (false then: that replica adopts the worker).
+   */
+  async fence(id: string, from: number, to: number): Promise<boolean> {
+    const { count } = await this.db.worker.updateMany({ where: { id, epoch: from }, data: { epoch: to } });
+    return count === 1;
+  }
+
+  /**
+   * Marks a worker lost for good, if its lease has run out by `now` (false otherwise): no machine
+   * is placed on it again, and its epoch moves on, so a run of it that comes back is adopted anew.
+   */
+  async markLost(id: string, now: Date): Promise<boolean> {
+    const { count } = await this.db.worker.updateMany({
+      where: { id, OR: [{ leaseUntil: null }, { leaseUntil: { lte: now } }] },
+      data: { state: 'lost', epoch: { increment: 1 } },
+    });
+    return count === 1;
+  }
+
   /** Removes a worker no machine lives on; false when one still does. */
   async remove(id: string): Promise<boolean> {
     if ((await this.db.instance.count({ where: { workerId: id } })) > 0) return false;

@@ -12,7 +12,7 @@ import type { ImagePreparation } from '../compute/image-preparation';
 import type { WorkerOffer } from './worker-config';
 import type { MachineReceiver } from './machine-move-streams';
 import type { MoveLimits, OutgoingMachine } from '../compute/machine-moves';
-
+import type { WorkerFencing } from './worker-fencing';
 
 type Wire = components['schemas'];
 export type Answer = { status: number; body: unknown };
@@ -37,6 +37,9 @@ export interface RouteContext {
   images: WorkerImageVersions;
   /** What hello says of the worker beyond its version: its TLS certificate and what it offers. */
   identity: { tlsFingerprint: string | null; offer: WorkerOffer };
+  fencing: WorkerFencing;
+  /** The fencing epoch the request was signed under. */
+  epoch: number;
 }
 
 interface Route {
@@ -54,21 +57,31 @@ const VERSION = '([A-Za-z0-9][A-Za-z0-9._-]{0,79})';
 const PROFILES: readonly ImageProfile[] = ['minimal', 'desktop', 'desktop-lite'];
 const done = {};
 
-/** A request the protocol has no answer for: 400 bad_request or 404 not_found, never a machine's failure. */
+/** A request the protocol has no answer for (400 bad_request, 404 not_found) or refuses to act on (409 stale_epoch): never a machine's failure. */
 class Refusal extends Error {
   constructor(
-    readonly status: 400 | 404,
+    readonly status: 400 | 404 | 409,
     message: string,
   ) {
     super(message);
   }
 }
 
+/** The operations any control plane may ask whatever the worker's epoch: who it is, and its adoption. */
+const UNFENCED = new Set(['WorkerHello', 'WorkerCounters', 'WorkerChecks', 'FenceWorker']);
+
+/** The refusal of a command of another epoch than the worker's. */
+export function staleEpoch(fencing: WorkerFencing, epoch: number): Answer {
+  return failure(409, 'stale_epoch', fencing.epoch === 0
+    ? 'this run of the worker has not been adopted yet'
+    : `the request was sent under epoch ${epoch}; this worker was adopted under epoch ${fencing.epoch}`);
+}
+
 const ROUTES: Route[] = [
   {
     method: 'GET', pattern: /^\/w1\/hello$/, operationId: 'WorkerHello',
-    run: async ({ host, version, startedAt, identity }): Promise<Wire['WorkerHello']> => ({
-      protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator,
+    run: async ({ host, version, startedAt, identity, fencing }): Promise<Wire['WorkerHello']> => ({
+      protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator, epoch: fencing.epoch,
       tls_fingerprint: identity.tlsFingerprint,
       offer: { vcpu: identity.offer.vcpu, memory_mib: identity.offer.memoryMib, disk_mib: identity.offer.diskMib },
     }),
@@ -115,8 +128,17 @@ const ROUTES: Route[] = [
   },
   { method: 'GET', pattern: /^\/w1\/machines$/, operationId: 'ListMachines', run: async ({ host }) => ({ ids: await host.knownMachineIds() }) },
   {
+    method: 'PUT', pattern: /^\/w1\/epoch$/, operationId: 'FenceWorker',
+    run: async ({ fencing }, _m, body): Promise<Wire['Epoch']> => {
+      const { epoch } = body as Wire['Epoch'];
+      if (!fencing.fence(epoch)) throw new Refusal(409, `epoch ${epoch} is not higher than this worker's ${fencing.epoch}`);
+      return { epoch };
+    },
+  },
+  {
     method: 'POST', pattern: /^\/w1\/strays$/, operationId: 'RemoveStrays',
-    run: async ({ host }, _m, body) => ({ ids: await host.removeStrays((body as Wire['MachineIds']).ids) }),
+    // Asked lazily: a machine a command of this epoch addresses while the removal runs is kept too.
+    run: async ({ host, fencing }, _m, body) => ({ ids: await host.removeStrays((body as Wire['MachineIds']).ids, (id) => fencing.addressedNow(id)) }),
   },
   { method: 'POST', pattern: /^\/w1\/layers\/collect$/, operationId: 'CollectLayers', run: async ({ host }) => (await host.removeUnusedLayers(), done) },
   {
@@ -220,6 +242,10 @@ export async function routeRequest(context: RouteContext, method: string, target
     if (route.method !== method) continue;
     const match = route.pattern.exec(url.pathname);
     if (!match) continue;
+    if (!UNFENCED.has(route.operationId)) {
+      if (!context.fencing.admits(context.epoch)) return staleEpoch(context.fencing, context.epoch);
+      if (url.pathname.startsWith('/w1/machines/') && match[1]) context.fencing.address(match[1]);
+    }
     let body: unknown = undefined;
     const validate = validators[`${route.operationId}__body`];
     if (validate) {
@@ -244,9 +270,11 @@ export function failure(status: number, code: Wire['WorkerError']['error']['code
   return { status, body };
 }
 
+const REFUSAL_CODES = { 400: 'bad_request', 404: 'not_found', 409: 'stale_epoch' } as const;
+
 /** A route's error as the protocol answers it: a refusal, a failed agent call (with its code), or a failed operation. */
 export function failureOf(error: unknown): Answer {
-  if (error instanceof Refusal) return failure(error.status, error.status === 404 ? 'not_found' : 'bad_request', error.message);
+  if (error instanceof Refusal) return failure(error.status, REFUSAL_CODES[error.status], error.message);
   if (error instanceof AgentCallError) return failure(500, 'failed', error.message, error.code);
   return failure(500, 'failed', error instanceof Error ? error.message : String(error));
 }

@@ -12,7 +12,8 @@ import { RequestVerifier, signAnswer, SIGNATURE_HEADERS } from '../protocol/work
 import { isWebSocketHandshake, upgradeResponse } from '../net/websocket';
 import { carryBytes, ExecTable } from './agent-streams';
 import { LayerBuildStreams, MAX_LAYER_BUILD_STREAMS } from './layer-build-streams';
-import { failure, failureOf, routeRequest, runningAgent, upgradeTarget, type Answer, type WorkerCounts, type WorkerHost, type WorkerImageVersions } from './worker-routes';
+import { WorkerFencing } from './worker-fencing';
+import { failure, failureOf, routeRequest, runningAgent, staleEpoch, upgradeTarget, type Answer, type WorkerCounts, type WorkerHost, type WorkerImageVersions } from './worker-routes';
 import type { WorkerOffer } from './worker-config';
 import { receiveMachine, sendMachine } from './machine-move-streams';
 import type { OutgoingMachine } from '../compute/machine-moves';
@@ -50,6 +51,7 @@ export class WorkerServer {
   /** The TLS certificate's fingerprint once it listens between hosts (hello names it). */
   private tlsFingerprint: string | null = null;
   private readonly execs = new ExecTable();
+  private readonly fencing = new WorkerFencing();
   private readonly layerBuilds: LayerBuildStreams;
   private readonly sockets = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
   private refusals = 0;
@@ -141,6 +143,9 @@ export class WorkerServer {
     if (!isWebSocketHandshake(req)) return this.answer(res, checked.nonce, failure(400, 'bad_request', 'not a WebSocket handshake'));
     const target = upgradeTarget(path);
     if ('status' in target) return this.answer(res, checked.nonce, target);
+    // Every stream is a command: only of the epoch the worker was adopted with.
+    if (!this.fencing.admits(checked.epoch)) return this.answer(res, checked.nonce, staleEpoch(this.fencing, checked.epoch));
+    if ('machine' in target) this.fencing.address(target.machine);
     let open: (ws: WebSocket) => void;
     let abandon: () => void;
     if (target.kind === 'exec') {
@@ -227,6 +232,7 @@ export class WorkerServer {
         host: this.settings.host, version: this.settings.version, startedAt: this.startedAt, execs: this.execs, images: this.settings.images,
         counts: this.settings.counts ?? { agentLinksDropped: 0 },
         identity: { tlsFingerprint: this.tlsFingerprint, offer: this.settings.offer ?? { vcpu: 0, memoryMib: 0, diskMib: 0 } },
+        fencing: this.fencing, epoch: checked.epoch,
       }, req.method ?? '', path, body);
     } catch (error) {
       this.settings.logger.warn({ err: error, path }, 'worker request failed');

@@ -46,7 +46,7 @@ describe('the local worker under supervision', () => {
   });
 
   function supervise(states: WorkerState[] = []): WorkerSupervisor {
-    const supervisor = new WorkerSupervisor({ dataDir, env, logger: silent, checkEveryMs: 300, restartMinMs: 200, restartMaxMs: 1000, onState: (state) => states.push(state) });
+    const supervisor = new WorkerSupervisor({ dataDir, env, logger: silent, checkEveryMs: 300, restartMinMs: 200, restartMaxMs: 1000, onState: (state) => states.push(state), adopt: (client, epoch) => client.fence(epoch + 1) });
     supervisors.push(supervisor);
     return supervisor;
   }
@@ -55,7 +55,7 @@ describe('the local worker under supervision', () => {
     const states: WorkerState[] = [];
     const supervisor = supervise(states);
     expect(await supervisor.start()).toBe('up');
-    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 1 });
+    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 2 });
     const first = supervisor.pid!;
     expect(readFileSync(join(dataDir, 'worker.pid'), 'utf8').trim()).toBe(String(first));
 
@@ -64,7 +64,7 @@ describe('the local worker under supervision', () => {
     expect(supervisor.worker).toBeNull(); // what the API answers N01 for
     await until('a new worker is up', () => supervisor.state === 'up', 60_000);
     expect(supervisor.pid).not.toBe(first);
-    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 1 });
+    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 2 });
     expect(states).toEqual(['starting', 'up', 'down', 'starting', 'up']);
   });
 
@@ -78,7 +78,7 @@ describe('the local worker under supervision', () => {
     } finally {
       if (alive(hung)) process.kill(hung, 'SIGKILL');
     }
-    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 1 });
+    await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 2 });
   });
 
   it('ends the worker with SIGTERM on stop, and leaves no pid file', async () => {
@@ -101,7 +101,7 @@ describe('the local worker under supervision', () => {
       expect(await supervisor.start()).toBe('up');
       await stale.waitExit(10_000);
       expect(supervisor.pid).not.toBe(stale.child.pid);
-      await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 1 });
+      await expect(supervisor.worker!.hello()).resolves.toMatchObject({ protocol_version: 2 });
       await supervisor.stop();
     } finally {
       await stale.ensureStopped();

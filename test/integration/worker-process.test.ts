@@ -5,7 +5,7 @@
 // caller's process; the same holds for its streams (WebSocket upgrades): a refusal comes before the
 // handshake, a 101 must be signed, and a stream message that does not fit costs that command.
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createServer, request, type IncomingMessage, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -54,6 +54,19 @@ describe('the worker process', () => {
   });
 
   const socket = () => join(dataDir, 'worker.sock');
+  /** The epoch the tests adopted the worker with (adopted once, in the first test that needs it). */
+  let epoch = 0;
+  const secretOf = () => readWorkerSecret(join(dataDir, 'worker.secret'), { create: false });
+  /** A client signing under the worker's current epoch. */
+  const adopted = async (timeoutMs?: number) => {
+    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: secretOf(), timeoutMs });
+    if (epoch === 0) {
+      await client.fence(1);
+      epoch = 1;
+    }
+    client.epoch = epoch;
+    return client;
+  };
 
   it('listens on a socket only its owner opens, with a secret file only its owner reads', () => {
     expect(statSync(socket()).mode & 0o777).toBe(0o600);
@@ -63,7 +76,7 @@ describe('the worker process', () => {
   it('says who it is and what the host can take, to a client with its secret', async () => {
     const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
     const hello = await client.hello();
-    expect(hello).toMatchObject({ protocol_version: 1, accelerator: 'tcg' });
+    expect(hello).toMatchObject({ protocol_version: 2, accelerator: 'tcg', epoch: 0 });
     expect(Date.parse(hello.started_at)).toBeLessThanOrEqual(Date.now());
     const checks = await client.checks();
     expect(checks.accelerator).toBe('tcg');
@@ -87,10 +100,49 @@ describe('the worker process', () => {
     await expect(stranger.hello()).rejects.toBeInstanceOf(WorkerProtocolError);
   });
 
+  it('acts on machine commands only under the epoch it was adopted with: none before adoption, none of an older one after, and never back to an older epoch', async () => {
+    const secret = secretOf();
+    const machines = join(dataDir, 'machines');
+    const command = (target: string, underEpoch: number, method = 'GET') => raw(socket(), target, signRequest(secret, method, target, '', Date.now(), underEpoch), method);
+    // Not adopted yet: a command of any epoch is refused, and nothing happens.
+    for (const underEpoch of [0, 1]) expect(await command('/w1/machines', underEpoch)).toEqual({ status: 409, body: expect.stringContaining('"stale_epoch"') });
+    const client = await adopted();
+    expect((await client.hello()).epoch).toBe(1);
+    expect(await client.call('GET', '/w1/machines', 'ListMachines')).toEqual({ ids: expect.any(Array) });
+    // A control plane that read an older epoch gets nothing done; the adopting one's client is told it is stale as an unreachable worker (N01).
+    expect((await command('/w1/machines', 0)).status).toBe(409);
+    await expect(client.fence(1)).rejects.toBeInstanceOf(WorkerUnreachableError);
+    // Adopted again under 2: every client of epoch 1 is refused from now on, streams included.
+    const newer = await adopted();
+    await newer.fence(2);
+    epoch = 2;
+    expect((await command('/w1/machines', 1)).status).toBe(409);
+    const stream = `/w1/machines/m-1/agent/tcp/22`;
+    const upgrade = await raw(socket(), stream, { ...signRequest(secret, 'GET', stream, '', Date.now(), 1), connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': randomBytes(16).toString('base64') });
+    expect(upgrade).toEqual({ status: 409, body: expect.stringContaining('"stale_epoch"') });
+    await expect(newer.fence(1)).rejects.toBeInstanceOf(WorkerUnreachableError);
+    expect((await newer.hello()).epoch).toBe(2);
+    // Removing strays keeps the owned machines and what a command of this epoch addressed meanwhile.
+    mkdirSync(join(machines, 'stray-1'), { recursive: true });
+    mkdirSync(join(machines, 'owned-1'), { recursive: true });
+    mkdirSync(join(machines, 'placed-since-1'), { recursive: true });
+    expect(await newer.call('GET', '/w1/machines/placed-since-1', 'GetMachine')).toEqual({ running: false, session_saved: false });
+    expect(await newer.call('POST', '/w1/strays', 'RemoveStrays', { ids: ['owned-1'] })).toEqual({ ids: ['stray-1'] });
+    expect(readdirSync(machines).sort()).toEqual(['owned-1', 'placed-since-1']);
+    // A command of the old epoch addressed nothing: the next adoption's removal does not keep what it named.
+    expect((await command('/w1/machines/placed-since-1', 2)).status).toBe(200);
+    await newer.fence(3);
+    epoch = 3;
+    expect((await command('/w1/machines/owned-1', 2)).status).toBe(409);
+    expect(await newer.call('POST', '/w1/strays', 'RemoveStrays', { ids: ['owned-1'] })).toEqual({ ids: ['placed-since-1'] });
+    expect(readdirSync(machines)).toEqual(['owned-1']);
+    rmSync(join(machines, 'owned-1'), { recursive: true, force: true });
+  });
+
   it('routes only what was signed: a target the URL parser would rewrite is refused, not resolved', async () => {
     const secret = readWorkerSecret(join(dataDir, 'worker.secret'), { create: false });
     for (const [method, target] of [['DELETE', '/w1/machines/./session'], ['DELETE', '/w1/machines/%2e%2e/machines/victim'], ['GET', '/w1//hello'], ['GET', '/w1/machines/x/../../hello']]) {
-      const answer = await raw(socket(), target!, signRequest(secret, method!, target!, ''), method);
+      const answer = await raw(socket(), target!, signRequest(secret, method!, target!, '', Date.now(), epoch), method);
       expect({ target, status: answer.status, body: answer.body }).toEqual({ target, status: 400, body: expect.stringContaining('canonical') });
     }
   });
@@ -101,9 +153,9 @@ describe('the worker process', () => {
       raw(socket(), path, { ...headers, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': randomBytes(16).toString('base64') });
     const stream = `/w1/execs/${'a'.repeat(32)}/stream`;
     expect(await upgrade(stream, {})).toEqual({ status: 401, body: expect.stringContaining('"unauthorized"') });
-    expect(await upgrade(stream, signRequest(secret, 'GET', stream, ''))).toEqual({ status: 404, body: expect.stringContaining('no command') });
-    expect((await upgrade('/w1/hello/stream', signRequest(secret, 'GET', '/w1/hello/stream', ''))).status).toBe(404);
-    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret });
+    expect(await upgrade(stream, signRequest(secret, 'GET', stream, '', Date.now(), epoch))).toEqual({ status: 404, body: expect.stringContaining('no command') });
+    expect((await upgrade('/w1/hello/stream', signRequest(secret, 'GET', '/w1/hello/stream', '', Date.now(), epoch))).status).toBe(404);
+    const client = await adopted();
     await expect(client.upgrade(stream, 'AttachExec', (ws) => ws)).rejects.toMatchObject({ status: 404, code: 'not_found' });
     const agent = new RemoteGuestAgents(client).agent('not-running');
     for (const call of [() => agent.metrics(), () => agent.exec({ argv: ['true'] }), () => agent.openTcp(22)]) {
@@ -130,11 +182,11 @@ describe('the worker process', () => {
     }
     expect(worker.running).toBe(true);
     const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret });
-    await expect(client.hello()).resolves.toMatchObject({ protocol_version: 1 });
+    await expect(client.hello()).resolves.toMatchObject({ protocol_version: 2 });
   });
 
   it('serves its image state and versions\' manifests (null for a version it lacks), and closes a layer build whose start does not fit', async () => {
-    const client = new WorkerClient({ endpoint: { socketPath: socket() }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const client = await adopted();
     const images = new RemoteImages(client);
     const current = await images.refresh('minimal');
     expect(images.currentImage('minimal')).toEqual(current);
@@ -204,12 +256,12 @@ describe('a worker that answers what does not fit', () => {
 
   const client = () => new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 });
   const hello = JSON.stringify({
-    protocol_version: 1, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg', tls_fingerprint: null, offer: { vcpu: 4, memory_mib: 4096, disk_mib: 100000 },
+    protocol_version: 2, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg', tls_fingerprint: null, offer: { vcpu: 4, memory_mib: 4096, disk_mib: 100000 }, epoch: 1,
   });
 
   it('takes a well-formed signed answer (the stand-in is faithful)', async () => {
     behaviour = () => ({ status: 200, body: hello });
-    await expect(client().hello()).resolves.toMatchObject({ protocol_version: 1 });
+    await expect(client().hello()).resolves.toMatchObject({ protocol_version: 2 });
   });
 
   it.each([

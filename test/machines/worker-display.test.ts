@@ -12,9 +12,8 @@ import { listQemuProcesses } from '../../src/compute/qemu';
 import { RemoteGuestAgents } from '../../src/compute/remote-guest-agents';
 import { RemoteMachines } from '../../src/compute/remote-machines';
 import { RemoteImages } from '../../src/compute/remote-images';
-import { WorkerClient } from '../../src/compute/worker-client';
-import { readWorkerSecret } from '../../src/worker/worker-secret';
 import { ensureDesktopTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { adoptedWorkerClient } from '../support/adopted-worker';
 import { colours, RfbClient } from '../support/rfb';
 import { ServiceProcess } from '../support/service-process';
 
@@ -37,7 +36,7 @@ describe("a machine's screen through kiste-worker", () => {
       { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' },
     );
     await worker.listening();
-    const client = new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    const client = await adoptedWorkerClient(dataDir);
     machines = new RemoteMachines(client);
     images = new RemoteImages(client);
     const agents = new RemoteGuestAgents(client);

@@ -22,8 +22,8 @@ import { layerDiskMib } from '../../src/domain/image-builds';
 import { manifestDiskMib } from '../../images';
 import { classifyAddress } from '../../src/net/special-addresses';
 import { WorkerCallError, WorkerClient } from '../../src/compute/worker-client';
-import { readWorkerSecret } from '../../src/worker/worker-secret';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { adoptedWorkerClient } from '../support/adopted-worker';
 import { ServiceProcess } from '../support/service-process';
 
 jest.setTimeout(600_000);
@@ -47,7 +47,7 @@ describe('machines through kiste-worker', () => {
     );
     workers.push(worker);
     await worker.listening();
-    client = new WorkerClient({ endpoint: { socketPath: join(dataDir, 'worker.sock') }, secret: readWorkerSecret(join(dataDir, 'worker.secret'), { create: false }) });
+    client = await adoptedWorkerClient(dataDir);
     machines = new RemoteMachines(client);
     agents = new RemoteGuestAgents(client);
   }

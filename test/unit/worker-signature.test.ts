@@ -8,9 +8,21 @@ const body = Buffer.from('{"id":"m1"}');
 
 test('a signed request verifies once; a replay of it is refused', () => {
   const verifier = new RequestVerifier(secret);
-  const headers = signRequest(secret, 'POST', '/w1/machines/m1/start', body);
-  expect(verifier.verify('POST', '/w1/machines/m1/start', headers, body)).toEqual({ ok: true, nonce: headers[SIGNATURE_HEADERS.nonce] });
+  const headers = signRequest(secret, 'POST', '/w1/machines/m1/start', body, Date.now(), 7);
+  expect(verifier.verify('POST', '/w1/machines/m1/start', headers, body)).toEqual({ ok: true, nonce: headers[SIGNATURE_HEADERS.nonce], epoch: 7 });
   expect(verifier.verify('POST', '/w1/machines/m1/start', headers, body)).toEqual({ ok: false, reason: 'replayed' });
+});
+
+test('the fencing epoch is signed: a request cannot be moved to another epoch on the way, and a malformed one is unsigned', () => {
+  const verifier = new RequestVerifier(secret);
+  const headers = signRequest(secret, 'POST', '/w1/machines/m1/stop', body, Date.now(), 3);
+  expect(verifier.verify('POST', '/w1/machines/m1/stop', { ...headers, [SIGNATURE_HEADERS.epoch]: '4' }, body)).toEqual({ ok: false, reason: 'bad_signature' });
+  for (const epoch of ['', '-1', '03', '1.5', '99999999999', '2147483648']) {
+    expect(verifier.verify('POST', '/w1/machines/m1/stop', { ...headers, [SIGNATURE_HEADERS.epoch]: epoch }, body)).toEqual({ ok: false, reason: 'unsigned' });
+  }
+  const { [SIGNATURE_HEADERS.epoch]: _, ...without } = headers;
+  expect(verifier.verify('POST', '/w1/machines/m1/stop', without, body)).toEqual({ ok: false, reason: 'unsigned' });
+  expect(verifier.verify('POST', '/w1/machines/m1/stop', headers, body)).toEqual({ ok: true, nonce: headers[SIGNATURE_HEADERS.nonce], epoch: 3 });
 });
 
 test('a changed method, path or body, or another secret, does not verify', () => {

@@ -1,0 +1,59 @@
+// A worker the operator declares lost for good (its host burnt down, its disk is gone): no machine
+// is placed on it again, and each machine that lived on it ends in the error state with an
+// `instance.error` event and an `instance_error` alert, so its owner learns of it and can delete it
+// (a delete then only removes the record: the files went with the host). Its epoch moves on, so if
+// that host ever answers again it is adopted anew: it removes the machines no record owns any more,
+// and the ones still on it are adopted and run again.
+//
+// The seam for issue 24: once checkpoints have off-site copies, a lost machine can be made again on
+// another worker from its newest one (`LostMachineRecovery`); until then there is none.
+import type { Worker } from '../store/workers';
+import type { Instance, InstanceStore } from '../store/instances';
+import type { InstanceOperations, OperationOutcome } from './instance-operations';
+import type { Workers } from './workers';
+
+/** Makes a lost machine again elsewhere (from its newest off-site checkpoint); false when it cannot. */
+export interface LostMachineRecovery {
+  recover(machine: Instance): Promise<boolean>;
+}
+
+export class WorkerLoss {
+  constructor(
+    private readonly workers: Pick<Workers, 'markLost' | 'machineIdsOn'>,
+    private readonly instances: InstanceStore,
+    private readonly operations: InstanceOperations,
+    private readonly recovery: LostMachineRecovery | null = null,
+  ) {}
+
+  /** Declares the worker lost (it must not answer now); returns it and the names of the machines that were on it. */
+  async declareLost(name: string): Promise<{ worker: Worker; machines: string[] }> {
+    const worker = await this.workers.markLost(name);
+    const machines: string[] = [];
+    for (const id of await this.workers.machineIdsOn(worker.id)) {
+      const row = await this.instances.findById(id);
+      if (!row) continue;
+      machines.push(row.name);
+      if (this.recovery && (await this.recovery.recover(row))) continue;
+      await this.markLost(row, worker.name);
+    }
+    return { worker, machines };
+  }
+
+  /**
+   * The machine's open operation (waiting for the worker's return) is taken over from whichever
+   * replica holds it: its own end, should it come, then writes nothing.
+   */
+  private async markLost(row: Instance, workerName: string): Promise<void> {
+    const message = `the host this machine ran on (worker ${workerName}) was lost; its disk and memory are gone with it: delete the machine`;
+    const lost = async (): Promise<OperationOutcome> => ({
+      update: { status: 'error', errorMessage: message, sessionSaved: false },
+      event: { type: 'instance.error', data: { message } },
+    });
+    if (row.operation) {
+      if (await this.operations.takeOver(row)) await this.operations.run(row, lost);
+      return;
+    }
+    const claimed = await this.operations.claimIfFree(row, 'reconcile');
+    if (claimed) await this.operations.run(claimed, lost);
+  }
+}
