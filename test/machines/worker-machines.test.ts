@@ -214,9 +214,13 @@ describe('machines through kiste-worker', () => {
     await machines.destroy(id);
     expect(qemuOf(id)).toEqual([]);
     expect(await machines.knownMachineIds()).not.toContain(id);
-    // The failed resume above left a folder for its unknown id: no record owns it, so it goes.
+    // The failed resume above left a folder for its unknown id. A command of this epoch addressed
+    // it, so it stays (it could be a machine placed after the control plane read its list) until
+    // the worker is adopted again: no record owns it then, so it goes.
     const strays = await machines.knownMachineIds();
     expect(strays.length).toBeGreaterThan(0);
+    expect(await machines.removeStrays([])).toEqual([]);
+    await client.fence(client.epoch + 1);
     expect((await machines.removeStrays([])).sort()).toEqual(strays.sort());
     expect(await machines.knownMachineIds()).toEqual([]);
   });
