@@ -7,7 +7,10 @@
 // Cutting one worker's link (`ip link set down`) makes its machine's calls answer 503 N01 while the
 // other worker's machine answers on; when the link is back the machine answers again, the same boot.
 // kill -9 of a worker in the middle of a restart and of a create: N01 meanwhile, and once the worker
-// runs again each operation ends as asked, with one QEMU per machine.
+// runs again each operation ends as asked, with one QEMU per machine. A worker that stops answering
+// (SIGSTOP) is declared lost: its machine errs with an event and an alert, and is deleted as a record;
+// when the process runs on (SIGCONT) under its old epoch, it is fenced and adopted anew and ends the
+// deleted machine's QEMU.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -201,12 +204,45 @@ describe('workers on other hosts', () => {
     expect(qemusOn(host)).toHaveLength(1);
   });
 
+  it('declares a silent worker lost: its machine errs (event, alert) and its delete removes the record; revived, the worker is fenced anew and ends the deleted machine\'s QEMU', async () => {
+    const host = workerOf('again')!;
+    const id = (await api().get('/v1/instances/again').set(auth).expect(200)).body.id as string;
+    // A stale worker: the process is stopped, not ended (it comes back as it was, under its old epoch).
+    host.process!.child.kill('SIGSTOP');
+    try {
+      expect(() => admin('worker-lost', '--name', host.name)).toThrow(/still answers/);
+      const lost = await waitUntil('the worker\'s lease to run out', () => {
+        try {
+          return admin('worker-lost', '--name', host.name);
+        } catch {
+          return null;
+        }
+      }, 90_000, 2000);
+      expect(lost.trim()).toBe('again');
+      const errored = await api().get('/v1/instances/again').set(auth).expect(checkContract).expect(200);
+      expect(errored.body).toMatchObject({ status: 'error', session_saved: false });
+      const events = (await api().get(`/v1/events?resource_type=instance&resource_id=${id}`).set(auth).expect(200)).body.data as { type: string; data: { message?: string } }[];
+      expect(events.at(-1)).toMatchObject({ type: 'instance.error', data: { message: expect.stringContaining(`worker ${host.name}`) } });
+      const alerts = (await api().get('/v1/alerts').set(auth).expect(200)).body as { kind: string; resource_id: string }[];
+      expect(alerts.some((alert) => alert.kind === 'instance_error' && alert.resource_id === id)).toBe(true);
+      expect(admin('workers')).toMatch(new RegExp(`${host.name}\\s+\\S+\\s+lost\\s+no`));
+      // Its files went with the host: the delete removes the record without the worker.
+      await api().delete('/v1/instances/again').set(auth).expect(checkContract);
+      await waitUntil('the record to be gone', async () => (await api().get('/v1/instances/again').set(auth)).status === 404, 60_000, 500);
+      expect(qemusOn(host)).toHaveLength(1); // still running on the silent host
+    } finally {
+      host.process!.child.kill('SIGCONT');
+    }
+    // Back, under an epoch older than its row's: adopted anew, it ends the QEMU no record owns.
+    await waitUntil('the revived worker to end the deleted machine', () => qemusOn(host).length === 0 || null, 60_000, 500);
+    await waitUntil('the worker to answer again', () => new RegExp(`${host.name}\\s+\\S+\\s+lost\\s+yes`).test(admin('workers')) || null, 60_000, 1000);
+    expect(started.some((process) => process.output.includes('worker adopted: machines no record owns were removed'))).toBe(true);
+    admin('worker-activate', '--name', host.name);
+  });
+
   it('drains a worker: its running machine is stopped with its memory, moved to the other worker and resumed where it was', async () => {
-    const [from, to] = [workerOf('one')!, workerOf('again')!];
-    expect(from).not.toBe(to);
-    // Room on the other worker: its machine goes.
-    await api().delete('/v1/instances/again').set(auth).expect(checkContract);
-    await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/again').set(auth)).status === 404, 120_000, 500);
+    const from = workerOf('one')!;
+    const to = hosts.find((host) => host !== from)!;
     await exec('one', ['sh', '-c', 'echo before-the-move > /tmp/marker; (while true; do date +%s%N > /tmp/ticks; sleep 0.2; done) & echo $! > /tmp/ticker']);
     const bootId = await bootOf('one');
     const ticker = (await exec('one', ['cat', '/tmp/ticker']))!.trim();
