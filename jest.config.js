@@ -31,7 +31,7 @@ const ONE_DATABASE = [
 // Suites that run once, in the postgres project: several hosts need PostgreSQL (placement under its
 // advisory lock, replicas sharing one database), and their machines are proved on one database like
 // the process split's.
-const POSTGRES_ONLY = ['<rootDir>/test/machines/several-hosts\\.test\\.ts$'];
+const POSTGRES_ONLY = ['<rootDir>/test/machines/several-hosts\\.test\\.ts$', '<rootDir>/test/integration/pg-boss-queue\\.test\\.ts$'];
 // `npm test` (scripts/run-tests.mjs) runs the suite as jest runs in two lanes, selected here by
 // KISTE_TEST_GROUP: the suites that boot real guests (QEMU under TCG takes a core; one at a time per
 // lane) and the rest (no guest). The rest ends long before the guest suites, so its lane then runs

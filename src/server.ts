@@ -35,9 +35,13 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   const replicas = await joinReplicas(database.provider === 'postgresql' ? config.databaseUrl : undefined);
   const services = createServices(config, database, { accelerator: accelerator.accelerator, logger, replicas });
   // A worker back after it could not be reached: its machines are adopted and what it cut short
-  // (operations, image builds) is finished (listened to before the start, so a worker that ends during the first pass is not missed).
+  // (operations, image builds) is finished (listened to before the start, so a worker that ends
+  // during the first pass is not missed). The machines' pass is a job: every replica sees the
+  // return, one runs the pass (retried if it fails, run elsewhere if its replica dies).
+  services.jobs.work('reconcile-worker', (data) => services.instances.reconcile({ cleanUp: false, ...reconcileJobOf(data) }));
+  await services.jobs.start();
   services.compute.onBack((workerId) => {
-    void services.instances.reconcile({ cleanUp: false, workerId }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back failed'));
+    void services.jobs.send('reconcile-worker', { worker_id: workerId ?? null }, { key: workerId ?? 'local' }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back could not be queued'));
     void services.imageBuilds.resume().catch((error: Error) => logger.warn({ err: error }, 'image builds could not be resumed'));
   });
   // Compute first: a local worker is started and answers before machines are reconciled (the image
@@ -99,6 +103,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
         server.closeIdleConnections();
       });
       await jobs.stop();
+      await services.jobs.stop();
       await leadership.close();
       await Promise.allSettled(services.instances.operations.pending());
       await services.compute.stop(); // machines keep running; the next start adopts them
@@ -106,6 +111,14 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       await database.close();
     },
   };
+}
+
+/** A reconcile-worker job's data, as the records hold it: a worker's id, or none (the local worker). */
+function reconcileJobOf(data: unknown): { workerId?: string } {
+  const workerId = (data as { worker_id?: unknown } | null)?.worker_id;
+  if (workerId === null || workerId === undefined) return {};
+  if (typeof workerId !== 'string' || !/^[A-Za-z0-9-]{1,80}$/.test(workerId)) throw new Error('a reconcile-worker job without a worker id');
+  return { workerId };
 }
 
 /**

@@ -43,6 +43,9 @@ import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
 import { InProcessCompute, type ServiceCompute, type ServiceHost } from './compute/service-compute';
 import { WorkerLoss } from './domain/worker-loss';
+import type { JobQueue } from './domain/job-queue';
+import { InProcessJobQueue } from './jobs/in-process-job-queue';
+import { PgBossQueue } from './db/pg-boss-queue';
 import { LocalWorkerCompute, type LocalWorkerSettings } from './compute/local-worker-compute';
 import { FleetCompute } from './compute/fleet-compute';
 import { HostPlacement, WorkerPlacement } from './domain/placement';
@@ -105,6 +108,8 @@ export interface Services {
   /** Stopped machines moved between workers (drain). */
   moves: MachineMoves;
   workerLoss: WorkerLoss;
+  /** Background jobs any replica may run (started by the service; the admin only sends). */
+  jobs: JobQueue;
   instances: Instances;
   /** The universal image, private images and the component catalogue. */
   images: Images;
@@ -265,6 +270,7 @@ export function createServices(config: Config, database: Database, options: Serv
     compute,
     workers,
     workerLoss: new WorkerLoss(workers, stores.instances, instances.operations),
+    jobs: database.provider === 'postgresql' && config.databaseUrl ? new PgBossQueue(config.databaseUrl, logger) : new InProcessJobQueue(logger),
     moves: new MachineMoves(transactions, stores.instances, instances.operations, workerStore, compute instanceof FleetCompute ? compute.host : null, clock),
     instances,
     images,

@@ -102,9 +102,11 @@ export class InstanceOperations {
       outcome = await work();
     } catch (error) {
       if (cameFromUnreachableHost(error)) {
-        // Not a failure of the machine: the operation stays open (claimed, with its goal) and the
-        // reconciler finishes it once the host is back.
+        // Not a failure of the machine: the operation stays open (with its goal) and the reconciler
+        // finishes it once the host is back. Released, so that the replica whose job reconciles the
+        // host's return takes it over, whichever replica that is.
         this.logger.error({ err: error, instance: instance.id, operation: instance.operation }, 'instance operation waits for its host, which cannot be reached now');
+        await this.store.releaseOperation(instance.id, this.owner);
         return this.store.findById(instance.id);
       }
       const message = error instanceof Error ? error.message : String(error);

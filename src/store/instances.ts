@@ -76,6 +76,14 @@ export class InstanceStore {
     return count === 1;
   }
 
+  /**
+   * Leaves an open operation this replica owns to whichever replica reconciles next (its owner
+   * cleared, its goal kept): the work waits for a host that cannot be reached now.
+   */
+  async releaseOperation(id: string, owner: string): Promise<void> {
+    await this.db.instance.updateMany({ where: { id, operationOwner: owner, operation: { not: null } }, data: { operationOwner: null } });
+  }
+
   /** An update that ends the operation (`operation: null`) clears its input too. */
   update(id: string, data: InstanceUpdate, tx?: Transaction): Promise<Instance> {
     const ending = data.operation === null ? { operationInput: Prisma.DbNull, operationOwner: null } : {};

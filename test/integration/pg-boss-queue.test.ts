@@ -1,0 +1,72 @@
+// The job queue on PostgreSQL (pg-boss), worked by two control-plane replicas: a job runs in one of
+// them, jobs of one key take turns across replicas (one runs, one waits, further asks add nothing),
+// a send wakes the replicas by NOTIFY (here they would not look by themselves for ten minutes), and a
+// job that fails is tried again, by whichever replica fetches it.
+import { PgBossQueue } from '../../src/db/pg-boss-queue';
+import { freshDatabaseUrl, type FreshDatabase } from '../support/database';
+import { waitUntil } from '../support/service-recovery';
+
+jest.setTimeout(60_000);
+
+const quiet = { warn: () => undefined };
+const settle = (ms = 300) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('the job queue across replicas', () => {
+  let fresh: FreshDatabase;
+  const queues: PgBossQueue[] = [];
+
+  beforeAll(async () => {
+    fresh = await freshDatabaseUrl();
+  });
+  afterAll(async () => {
+    for (const queue of queues) await queue.stop();
+    await fresh.cleanup();
+  });
+
+  function replica(lookMs: number): PgBossQueue {
+    const queue = new PgBossQueue(fresh.url!, quiet, lookMs);
+    queues.push(queue);
+    return queue;
+  }
+
+  it('runs a job once, in one replica, woken by its NOTIFY; jobs of one key take turns across replicas', async () => {
+    const runs: { replica: number; data: unknown }[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const [a, b] = [replica(600_000), replica(600_000)];
+    for (const [index, queue] of [a, b].entries()) {
+      queue.work('reconcile-worker', async (data) => {
+        runs.push({ replica: index, data });
+        if (runs.length === 1) await held;
+      });
+      await queue.start();
+    }
+    const sender = replica(600_000); // the admin: sends, works nothing
+    await sender.start();
+    await sender.send('reconcile-worker', { worker_id: 'w-1' }, { key: 'w-1' });
+    await waitUntil('the job to run (only a NOTIFY can wake the replicas so soon)', () => runs.length === 1 || null, 20_000, 50);
+    // While it runs: one more waits, and asking again (from any replica) adds nothing.
+    for (const queue of [a, b, sender, a]) await queue.send('reconcile-worker', { worker_id: 'w-1' }, { key: 'w-1' });
+    await settle();
+    expect(runs).toHaveLength(1);
+    release();
+    await waitUntil('the waiting job to run', () => runs.length === 2 || null, 20_000, 50);
+    await settle(1000);
+    expect(runs.map((run) => run.data)).toEqual([{ worker_id: 'w-1' }, { worker_id: 'w-1' }]);
+    for (const queue of [a, b, sender]) await queue.stop();
+  });
+
+  it('tries a failed job again later', async () => {
+    const tries: number[] = [];
+    const c = replica(500);
+    c.work('reconcile-worker', async () => {
+      tries.push(Date.now());
+      if (tries.length === 1) throw new Error('the worker is away');
+    });
+    await c.start();
+    await c.send('reconcile-worker', { worker_id: 'w-2' }, { key: 'w-2' });
+    await waitUntil('the job to be tried again', () => tries.length === 2 || null, 40_000, 100);
+    await settle(1500);
+    expect(tries).toHaveLength(2);
+  });
+});
