@@ -352,15 +352,17 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
       } else if (parsed.command === 'worker-activate') {
         say(`worker ${(await workers.activate(requireName(parsed))).name} takes new machines again`);
       } else if (parsed.command === 'worker-lost') {
-        const { worker, machines } = await services.workerLoss.declareLost(requireName(parsed));
+        const { worker, machines, busy } = await services.workerLoss.declareLost(requireName(parsed));
         for (const machine of machines) process.stdout.write(`${machine}\n`);
         say(`worker ${worker.name} is lost: ${machines.length} machine${machines.length === 1 ? '' : 's'} marked so`);
+        if (busy.length) throw new AdminError(`busy with another operation, not marked: ${busy.join(', ')}; run worker-lost again`);
       } else if (parsed.command === 'worker-repin') {
         await workers.repin(requireName(parsed));
         say(`worker ${parsed.name}: the certificate it presents next is pinned`);
       } else if (parsed.command === 'worker-remove') {
-        await workers.remove(requireName(parsed));
+        const removed = await workers.remove(requireName(parsed));
         say(`worker ${parsed.name} removed`);
+        if (removed.state === 'lost') say(`${parsed.name} was lost: should its host ever run again, wipe its data folder before anything else (no control plane reaches it now to end its machines)`);
       } else if (parsed.command === 'workers') {
         const list = await workers.list();
         const loads = await workers.loads(list.map((worker) => worker.id));

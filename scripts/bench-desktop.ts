@@ -275,6 +275,7 @@ async function main(): Promise<void> {
     if (services) for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch(() => undefined);
     await services?.compute.inProcess!.machineJail.unloadFirewall().catch(() => undefined);
     if (server) await close(server);
+    await services?.compute.stop().catch(() => undefined);
     await database?.close();
     rmSync(workDir, { recursive: true, force: true });
   }

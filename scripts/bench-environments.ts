@@ -142,6 +142,7 @@ async function main(): Promise<void> {
   } finally {
     for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch(() => undefined);
     await close(server);
+    await services.compute.stop().catch(() => undefined);
     await database.close();
     git.close();
     rmSync(workDir, { recursive: true, force: true });

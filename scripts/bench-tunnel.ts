@@ -261,6 +261,7 @@ async function main(): Promise<void> {
     services?.sshTunnels.closeAll();
     if (services) for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch(() => undefined);
     if (server) await close(server);
+    await services?.compute.stop().catch(() => undefined);
     await database?.close();
     rmSync(workDir, { recursive: true, force: true });
     const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));

@@ -77,7 +77,7 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
       // An operation a worker's timeout or end left open, when no return of the worker finished it.
-      ...(services.compute.kind === 'worker' ? [{ name: 'open-operations', everyMs: 60_000, run: () => finishOpenOperations(services) }] : []),
+      ...(services.compute.kind !== 'in-process' ? [{ name: 'open-operations', everyMs: 60_000, run: () => finishOpenOperations(services) }] : []),
     ],
     logger,
     leadership,

@@ -54,12 +54,16 @@ export async function startBenchService(options: { profile: ImageProfile; workDi
     KISTE_REQUESTS_PER_MINUTE: '1000000000',
     // These benches measure a running machine: no boot snapshot's template boots beside it.
     KISTE_BOOT_SNAPSHOTS: 'off',
+    // Machines in this process unless `env` says `worker` (a supervised kiste-worker, as `npm start`
+    // runs them): some benches reach into the in-process host (its firewall, its boot snapshots).
+    KISTE_COMPUTE: 'in-process',
     ...options.env,
   });
   const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
   log(`accelerator ${choice.accelerator} (${choice.reason})`);
   const database = await openDatabase({ url: undefined, dataDir: config.dataDir });
   const services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)) });
+  if (!(await services.compute.start(options.profile))) throw new Error('the compute worker did not start');
   if (!(await services.machineHost.refreshImage(options.profile))) throw new Error(`the service does not see the ${options.profile} image`);
   const app = await createApp(services, pino({ level: 'silent' }));
   options.server.on('request', app);

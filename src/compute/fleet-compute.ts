@@ -1,7 +1,7 @@
 // Machines on registered workers on other hosts (KISTE_COMPUTE=workers, issue 22). The control
-// plane keeps a client per worker (TLS with the certificate pinned on first contact, every request
-// signed), asks each one's hello every few seconds (its lease in the database is renewed while it
-// answers), and routes every machine call to the worker whose id the machine's row holds. A worker
+// plane keeps a client per worker (fleet-roster.ts: TLS with the certificate pinned on first
+// contact, every request signed, each worker's hello asked every few seconds, its lease in the
+// database renewed while it answers, a run of it adopted under a new fencing epoch), and routes every machine call to the worker whose id the machine's row holds. A worker
 // that does not answer fails its machines' calls at once as WorkerUnreachableError (503 N01); its
 // machines run on, and when it answers again the reconciler adopts them and finishes what was cut
 // short. New machines go where placement put them (the create's transaction; L13 when none has room).
@@ -14,87 +14,28 @@ import type { DisplaySize, MachineDisplay } from './machine-display';
 import type {
   Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineShape, StartedMachine,
 } from './machine-host';
-import { RemoteImages } from './remote-images';
 import type { ServiceCompute, ServiceHost } from './service-compute';
-import { SupervisedWorker } from './supervised-worker';
-import { introduceWorker, WorkerClient, WorkerUnreachableError, type WorkerHello } from './worker-client';
-import { WORKER_PROTOCOL_VERSION } from './worker-wire';
+import { WorkerUnreachableError } from './worker-client';
 import type { MoveLimits } from './machine-moves';
 import { relayMachineMove } from './machine-move-relay';
-import { withDeadline } from '../deadline';
-import { WorkerMachineHost } from './worker-machine-host';
-import { adoptWorker } from './worker-adoption';
+import type { WorkerMachineHost } from './worker-machine-host';
+import { FleetRoster, type Member, type RosterSettings } from './fleet-roster';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
 const HEARTBEAT_MS = 5_000;
-/** A heartbeat's hello: far below the lease (30 s), so a slow worker loses only its own. */
-const HELLO_MS = 4_000;
-/** Other calls' default deadline (machine operations give their own). */
-const CALL_MS = 10_000;
 
-/** A worker as the compute layer calls it: where, with which secret, trusting which certificate. */
-export interface RegisteredWorker {
-  id: string;
-  name: string;
-  address: string;
-  secret: Buffer;
-  certificatePem: string | null;
-  /** The fencing epoch the worker was last adopted with (its row's). */
-  epoch: number;
-  /** Declared lost by the operator: nothing is placed on it, and its machines' files are taken as gone. */
-  lost: boolean;
-}
+export type { RegisteredWorker, WorkerContact, WorkerRegistry } from './fleet-roster';
 
-export interface WorkerContact {
-  offer: { vcpu: number; memoryMib: number; diskMib: number };
-  protocolVersion: number;
-  /** Pinned now (first contact). */
-  certificatePem?: string;
-}
-
-/** What the fleet needs of the registry of workers (the database's, through the domain). */
-export interface WorkerRegistry {
-  registered(): Promise<RegisteredWorker[]>;
-  answered(id: string, contact: WorkerContact): Promise<void>;
-  failed(id: string, message: string): Promise<void>;
-  /** The worker a machine lives on (null: none, or no such machine). */
-  workerOf(machineId: string): Promise<string | null>;
-  machineIdsOn(workerId: string): Promise<string[]>;
-  /** Machines with a move under way (their files may be on two workers). */
-  movingMachineIds(): Promise<string[]>;
-  /** Moves the worker's epoch from `from` to `to`; false when another replica did first (it adopts the worker). */
-  fence(id: string, from: number, to: number): Promise<boolean>;
-  isLost(workerId: string): Promise<boolean>;
-}
-
-export interface FleetSettings {
-  registry: WorkerRegistry;
-  profile: ImageProfile;
-  /** What the control plane probed, until a worker says what it runs machines with. */
-  accelerator: Accelerator;
-  logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
+export interface FleetSettings extends RosterSettings {
   heartbeatMs?: number;
 }
 
-/** One worker: its client while it answers (null otherwise), its images and host over that client. */
-class Member {
-  /** The client while the worker answers its heartbeat (SupervisedWorker's source). */
-  worker: WorkerClient | null = null;
-  /** Its hello's started_at: a new run (it was restarted) is a return even when no heartbeat was missed. */
-  run: string | null = null;
-  readonly calls = new SupervisedWorker(this);
-  readonly images = new RemoteImages(this.calls);
-  readonly host: WorkerMachineHost;
-
-  constructor(public registered: RegisteredWorker, accelerator: Accelerator) {
-    this.host = new WorkerMachineHost(this.calls, this.images, accelerator);
-  }
-}
-
 export class FleetMachineHost implements ServiceHost {
-  private readonly members = new Map<string, Member>();
+  private readonly roster: FleetRoster;
 
-  constructor(private readonly settings: FleetSettings) {}
+  constructor(private readonly settings: FleetSettings) {
+    this.roster = new FleetRoster(settings);
+  }
 
   get accelerator(): Accelerator {
     return this.up()[0]?.host.accelerator ?? this.settings.accelerator;
@@ -105,94 +46,22 @@ export class FleetMachineHost implements ServiceHost {
   }
 
   reachableFor(workerId: string | null): boolean {
-    return workerId !== null && Boolean(this.members.get(workerId)?.worker);
+    return this.roster.answers(workerId);
   }
 
-  /**
-   * One round of heartbeats: every registered worker is asked its hello (first contact pins its
-   * certificate); the ids of the workers that came back (or were restarted) are returned.
-   */
-  async heartbeat(): Promise<string[]> {
-    const registered = await this.settings.registry.registered();
-    for (const id of this.members.keys()) if (!registered.some((worker) => worker.id === id)) this.members.delete(id);
-    const back = await Promise.all(registered.map(async (worker) => ((await this.beat(worker)) ? worker.id : null)));
-    return back.filter((id): id is string => id !== null);
-  }
-
-  private async beat(worker: RegisteredWorker): Promise<boolean> {
-    let member = this.members.get(worker.id);
-    if (!member) {
-      member = new Member(worker, this.settings.accelerator);
-      this.members.set(worker.id, member);
-    }
-    member.registered = worker;
-    try {
-      let hello: WorkerHello | null = null;
-      let pinned: string | undefined;
-      if (worker.certificatePem === null) {
-        // First contact: the introduction's own signed hello is this beat's.
-        ({ hello, certificatePem: pinned } = await introduceWorker(worker.address, worker.secret, HELLO_MS));
-        worker.certificatePem = pinned;
-        this.settings.logger.info({ worker: worker.name, fingerprint: hello.tls_fingerprint }, 'first contact with a worker: its certificate is pinned');
-      }
-      const client = member.worker ?? new WorkerClient({ endpoint: { address: worker.address, certificatePem: worker.certificatePem! }, secret: worker.secret, timeoutMs: CALL_MS });
-      // A short deadline of its own: one worker that is slow to answer must not hold back the other workers' leases.
-      hello ??= await withDeadline(client.hello(), HELLO_MS, () => new WorkerUnreachableError(`the worker did not answer its hello within ${HELLO_MS} ms`));
-      if (hello.protocol_version !== WORKER_PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${WORKER_PROTOCOL_VERSION}`);
-      let adopted = false;
-      if (hello.epoch === 0 || hello.epoch !== worker.epoch) {
-        // A run nobody adopted (it started), or one the records moved past (declared lost, or revived
-        // from an older state): fenced under the next epoch, then rid of what no record owns.
-        adopted = await this.adoptRun(worker, client, hello.epoch);
-        if (!adopted) return false; // another replica adopts it now; this one reads the new epoch next time
-      } else {
-        client.epoch = hello.epoch;
-      }
-      await this.settings.registry.answered(worker.id, {
-        offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
-        protocolVersion: hello.protocol_version,
-        ...(pinned ? { certificatePem: pinned } : {}),
-      });
-      const back = adopted || member.worker === null || member.run !== hello.started_at;
-      member.worker = client;
-      member.run = hello.started_at;
-      void member.images.refresh(this.settings.profile).catch(() => null); // read at its own pace
-      if (back) this.settings.logger.info({ worker: worker.name }, 'worker answers: its machines are adopted and what it cut short is finished');
-      return back;
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      if (member.worker) this.settings.logger.warn({ worker: worker.name, err: message }, 'worker does not answer: calls for its machines answer N01 until it does');
-      member.worker?.close();
-      member.worker = null;
-      await this.settings.registry.failed(worker.id, message).catch(() => undefined);
-      return false;
-    }
-  }
-
-  /**
-   * Adopts a run of the worker under the epoch after both its own and its row's: the row first, by
-   * compare-and-set (false: another replica got there first), then the worker is fenced and removes
-   * every machine none of its rows owns (a machine on its way to it counts as its own).
-   */
-  private async adoptRun(worker: RegisteredWorker, client: WorkerClient, helloEpoch: number): Promise<boolean> {
-    const epoch = Math.max(worker.epoch, helloEpoch) + 1;
-    if (!(await this.settings.registry.fence(worker.id, worker.epoch, epoch))) return false;
-    worker.epoch = epoch;
-    const owned = [...(await this.settings.registry.machineIdsOn(worker.id)), ...(await this.settings.registry.movingMachineIds())];
-    const removed = await adoptWorker(client, epoch, owned);
-    this.settings.logger.info({ worker: worker.name, epoch, removed }, removed.length ? 'worker adopted: machines no record owns were removed' : 'worker adopted');
-    return true;
+  /** One round of heartbeats (FleetRoster); the ids of the workers that came back. */
+  heartbeat(): Promise<string[]> {
+    return this.roster.heartbeat();
   }
 
   /** Ends every worker's kept connections (at stop). */
   close(): void {
-    for (const member of this.members.values()) member.worker?.close();
-    this.members.clear();
+    this.roster.close();
   }
 
   /** The workers answering now. */
   private up(): Member[] {
-    return [...this.members.values()].filter((member) => member.worker !== null);
+    return this.roster.up();
   }
 
   /**
@@ -206,9 +75,7 @@ export class FleetMachineHost implements ServiceHost {
   }
 
   private member(workerId: string): Member {
-    const member = this.members.get(workerId);
-    if (!member?.worker) throw new WorkerUnreachableError(`worker ${workerId} does not answer now`);
-    return member;
+    return this.roster.member(workerId);
   }
 
   /**

@@ -113,6 +113,12 @@ export class LayerBuilder {
     return id.startsWith(BUILDER_PREFIX);
   }
 
+  /** Whether a build of this process runs its builder machine as this id now (not a stray). */
+  isBuilding(id: string): boolean {
+    for (const key of this.building.keys()) if (`${BUILDER_PREFIX}${key.slice(0, 16)}` === id) return true;
+    return false;
+  }
+
   layerDir(version: string, key: string): string {
     return join(this.versionDir(version), 'layers', key);
   }

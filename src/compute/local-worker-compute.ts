@@ -13,7 +13,7 @@ import { SupervisedWorker } from './supervised-worker';
 import { RemoteImages } from './remote-images';
 import { WorkerMachineHost } from './worker-machine-host';
 import { WorkerSupervisor, type WorkerState } from './worker-supervisor';
-import { adoptWorker } from './worker-adoption';
+import { adoptWorker, nextEpoch } from './worker-adoption';
 import type { WorkerClient } from './worker-client';
 
 /** How often the worker's image state is read while it is up (a build's step for K06, a new version). */
@@ -93,7 +93,7 @@ export class LocalWorkerCompute implements ServiceCompute {
    * process's child, so nobody else adopts it and its own hello says the highest epoch so far.
    */
   private async adopt(client: WorkerClient, helloEpoch: number): Promise<void> {
-    const removed = await adoptWorker(client, helloEpoch + 1, await this.settings.ownedMachineIds());
+    const removed = await adoptWorker(client, nextEpoch(helloEpoch, 0), () => this.settings.ownedMachineIds());
     if (removed.length) this.settings.logger.warn({ machines: removed }, 'adopting kiste-worker removed machines no record owns');
   }
 

@@ -147,7 +147,7 @@ export interface Machines {
   /**
    * At start after adopting, and when a worker is adopted: removes every machine (files, QEMU) that
    * is none of `owned` (the machines the records own), none `alsoKeep` names (asked as it goes) and
-   * no boot snapshot template being made; returns their ids.
+   * no boot snapshot template or layer builder being run; returns their ids.
    */
   removeStrays(owned: readonly string[], alsoKeep?: (id: string) => boolean): Promise<string[]>;
   /** At start, after adopting: removes disk layers no machine uses any more. */

@@ -421,19 +421,23 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /**
-   * Removes every machine that is none of `owned`, none `alsoKeep` names and no template being
-   * made — its files, and any QEMU of this host's machines folder, also one whose folder is already
+   * Removes every machine that is none of `owned`, none `alsoKeep` names and no template or layer
+   * builder being run — its files, and any QEMU of this host's machines folder, also one whose folder is already
    * gone. At start before machines are driven, and when the worker is adopted (`alsoKeep` then
    * names what the new epoch's commands addressed meanwhile).
    */
   async removeStrays(owned: readonly string[], alsoKeep: (id: string) => boolean = () => false): Promise<string[]> {
     const owns = new Set(owned);
-    const keeps = (id: string) => owns.has(id) || alsoKeep(id) || this.copies.isMakingTemplate(id);
+    const keeps = (id: string) => owns.has(id) || alsoKeep(id) || this.copies.isMakingTemplate(id) || this.layerBuilder.isBuilding(id);
     const removed: string[] = [];
     for (const id of await this.knownMachineIds()) {
       if (keeps(id)) continue;
-      await this.destroy(id);
-      removed.push(id);
+      // One that cannot be removed now is left for the next removal, not a reason to keep the others.
+      const failed = await this.destroy(id).then(() => false, (error: unknown) => {
+        this.options.logger.warn({ err: error, machine: id }, 'a machine no record owns could not be removed');
+        return true;
+      });
+      if (!failed) removed.push(id);
     }
     // Files of a move that never finished (the worker or its control plane went away meanwhile);
     // one on its way now is of a machine the control plane names as owned.

@@ -10,6 +10,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readWorkerSecret } from '../worker/worker-secret';
 import { WorkerClient } from './worker-client';
+import { needsAdoption } from './worker-adoption';
 import { relayWorkerOutput } from './worker-output';
 
 export type WorkerState = 'starting' | 'up' | 'down' | 'stopped';
@@ -156,7 +157,12 @@ export class WorkerSupervisor {
       if (!existsSync(secretFile) || !existsSync(this.socketPath)) return false;
       this.client ??= new WorkerClient({ endpoint: { socketPath: this.socketPath }, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
       const hello = await this.client.hello();
-      if (hello.epoch !== this.client.epoch || hello.epoch === 0) await this.settings.adopt(this.client, hello.epoch);
+      if (hello.epoch !== this.client.epoch || needsAdoption(hello, this.client.epoch)) {
+        await this.settings.adopt(this.client, hello.epoch).catch((error: Error) => {
+          this.settings.logger.warn({ err: error.message }, 'kiste-worker could not be adopted; trying again');
+          throw error;
+        });
+      }
       return true;
     } catch {
       return false;

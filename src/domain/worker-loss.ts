@@ -25,35 +25,49 @@ export class WorkerLoss {
     private readonly recovery: LostMachineRecovery | null = null,
   ) {}
 
-  /** Declares the worker lost (it must not answer now); returns it and the names of the machines that were on it. */
-  async declareLost(name: string): Promise<{ worker: Worker; machines: string[] }> {
+  /**
+   * Declares the worker lost (it must not answer now; asked again, it marks the machines a first
+   * try left). Returns it, the names of the machines marked, and of those that were busy (try again).
+   */
+  async declareLost(name: string): Promise<{ worker: Worker; machines: string[]; busy: string[] }> {
     const worker = await this.workers.markLost(name);
     const machines: string[] = [];
+    const busy: string[] = [];
     for (const id of await this.workers.machineIdsOn(worker.id)) {
       const row = await this.instances.findById(id);
-      if (!row) continue;
-      machines.push(row.name);
-      if (this.recovery && (await this.recovery.recover(row))) continue;
-      await this.markLost(row, worker.name);
+      if (!row || (row.status === 'error' && row.operation === null && row.errorMessage?.includes(lostMark(worker.name)))) continue;
+      if (this.recovery && (await this.recovery.recover(row))) {
+        machines.push(row.name);
+        continue;
+      }
+      (await this.markLost(row, worker.name) ? machines : busy).push(row.name);
     }
-    return { worker, machines };
+    return { worker, machines, busy };
   }
 
   /**
    * The machine's open operation (waiting for the worker's return) is taken over from whichever
-   * replica holds it: its own end, should it come, then writes nothing.
+   * replica holds it: its own end, should it come, then writes nothing. False: another took it first.
    */
-  private async markLost(row: Instance, workerName: string): Promise<void> {
-    const message = `the host this machine ran on (worker ${workerName}) was lost; its disk and memory are gone with it: delete the machine`;
+  private async markLost(row: Instance, workerName: string): Promise<boolean> {
+    const message = `${lostMark(workerName)}: if that host answers again, the machine runs on; otherwise its disk and memory are gone with it, and deleting the machine removes its record`;
     const lost = async (): Promise<OperationOutcome> => ({
       update: { status: 'error', errorMessage: message, sessionSaved: false },
       event: { type: 'instance.error', data: { message } },
     });
     if (row.operation) {
-      if (await this.operations.takeOver(row)) await this.operations.run(row, lost);
-      return;
+      if (!(await this.operations.takeOver(row))) return false;
+      await this.operations.run(row, lost);
+      return true;
     }
     const claimed = await this.operations.claimIfFree(row, 'reconcile');
-    if (claimed) await this.operations.run(claimed, lost);
+    if (!claimed) return false;
+    await this.operations.run(claimed, lost);
+    return true;
   }
+}
+
+/** How a lost machine's error begins (a second declaration leaves it be). */
+function lostMark(workerName: string): string {
+  return `the host this machine ran on (worker ${workerName}) stopped answering and was declared lost`;
 }

@@ -5,7 +5,7 @@ import { isIP } from 'node:net';
 import { newJoinToken, workerSecretOf } from '../protocol/worker-join';
 import { roomLeft, type Worker, type WorkerStore } from '../store/workers';
 import type { WorkerFigures } from '../observability/metrics';
-import type { RegisteredWorker, WorkerContact, WorkerRegistry } from '../compute/fleet-compute';
+import type { RegisteredWorker, WorkerContact, WorkerRegistry } from '../compute/fleet-roster';
 import type { Clock } from './clock';
 import { newId } from './secrets';
 import type { SecretBox } from './secret-box';
@@ -79,11 +79,12 @@ export class Workers implements WorkerRegistry {
     return this.setState(name, 'active');
   }
 
-  async remove(name: string): Promise<void> {
+  async remove(name: string): Promise<Worker> {
     const worker = await this.named(name);
     // Drained or lost first: placement never picks it then, so no create races the removal.
     if (worker.state === 'active') throw new WorkerAdminError(`drain ${name} first (npm run admin -- worker-drain --name ${name})`);
     if (!(await this.store.remove(worker.id))) throw new WorkerAdminError(`machines still live on ${name}: delete or move them first`);
+    return worker;
   }
 
   async registered(): Promise<RegisteredWorker[]> {
@@ -108,10 +109,15 @@ export class Workers implements WorkerRegistry {
    */
   async markLost(name: string): Promise<Worker> {
     const worker = await this.named(name);
+    if (worker.state === 'lost') return worker; // again: its machines not marked yet are marked
     if (!(await this.store.markLost(worker.id, this.clock.now()))) {
       throw new WorkerAdminError(`${name} still answers (its lease runs until ${worker.leaseUntil?.toISOString()}): drain it instead, or wait until it has not answered for ${WORKER_LEASE_MS / 1000} s`);
     }
     return { ...worker, state: 'lost' };
+  }
+
+  async returned(workerId: string): Promise<void> {
+    await this.store.returnedFromLost(workerId);
   }
 
   /** Whether the worker was declared lost (a machine on it has no files any host can reach). */

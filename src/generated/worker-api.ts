@@ -637,10 +637,14 @@ export interface paths {
         /**
          * Removes every machine that is none of the owned ones (files and QEMU)
          * @description At a control plane's start, before machines are driven, and whenever a worker is adopted
-         *     (after `FenceWorker`). Besides the owned ones the worker keeps the machines a command of
-         *     its current epoch has addressed since it was fenced (the control plane placed them after it
-         *     read its list), the boot snapshot templates it is making, and the files of a move on its
-         *     way here only when the machine is owned. Returns the ids removed.
+         *     (after `FenceWorker`; the control plane reads its list after the fence, so every machine a
+         *     command of the old epoch made has its record in it). Besides the owned ones the worker
+         *     keeps: every machine while a removal of an older epoch runs on; machines a command is
+         *     working on now, whatever its epoch; machines a command of the current epoch changed in the
+         *     last ten minutes (placed after the list was read); the boot snapshot templates and layer
+         *     builders it is running; and the files of a move on their way here only when the machine is
+         *     kept. A machine that cannot be removed is left (logged) and the others are removed.
+         *     Returns the ids removed.
          */
         post: operations["RemoveStrays"];
         delete?: never;
@@ -914,6 +918,12 @@ export interface components {
         };
         WorkerHello: {
             accelerator: components["schemas"]["Accelerator"];
+            /** @description Where the adoption under `epoch` stands, and for how many seconds it has: `pending` (fenced, its strays not asked to be removed yet), `removing`, `done`, or `failed` (the removal of strays failed). A control plane adopts again when it failed, or stayed pending for long (the adopting control plane went away between the two steps). */
+            adoption: {
+                seconds: number;
+                /** @enum {string} */
+                state: "unadopted" | "pending" | "removing" | "done" | "failed";
+            };
             /** @description The fencing epoch the worker was last adopted with; 0 until a control plane adopts this run of it. */
             epoch: number;
             /** @description What the worker offers for machines (KISTE_WORKER_VCPUS, _MEMORY_MIB, _DISK_MIB, or what its host has); placement reserves machines' shapes against it. */
@@ -1922,3 +1932,4 @@ export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<com
 export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["MachineMoveStart"]["files"]["role"]> = ["disk", "state", "ram"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
 export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed", "stale_epoch"];
+export const workerHelloAdoptionStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerHello"]["adoption"]["state"]> = ["unadopted", "pending", "removing", "done", "failed"];

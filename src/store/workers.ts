@@ -72,6 +72,11 @@ export class WorkerStore {
     return count === 1;
   }
 
+  /** A worker declared lost was adopted again: it drains (no new machines; its machines work again). */
+  async returnedFromLost(id: string): Promise<void> {
+    await this.db.worker.updateMany({ where: { id, state: 'lost' }, data: { state: 'draining' } });
+  }
+
   /**
    * Marks a worker lost for good, if its lease has run out by `now` (false otherwise): no machine
    * is placed on it again, and its epoch moves on, so a run of it that comes back is adopted anew.

@@ -81,7 +81,7 @@ const ROUTES: Route[] = [
   {
     method: 'GET', pattern: /^\/w1\/hello$/, operationId: 'WorkerHello',
     run: async ({ host, version, startedAt, identity, fencing }): Promise<Wire['WorkerHello']> => ({
-      protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator, epoch: fencing.epoch,
+      protocol_version: WORKER_PROTOCOL_VERSION, worker_version: version, started_at: startedAt, accelerator: host.accelerator, epoch: fencing.epoch, adoption: fencing.state,
       tls_fingerprint: identity.tlsFingerprint,
       offer: { vcpu: identity.offer.vcpu, memory_mib: identity.offer.memoryMib, disk_mib: identity.offer.diskMib },
     }),
@@ -137,15 +137,26 @@ const ROUTES: Route[] = [
   },
   {
     method: 'POST', pattern: /^\/w1\/strays$/, operationId: 'RemoveStrays',
-    // Asked lazily: a machine a command of this epoch addresses while the removal runs is kept too.
-    run: async ({ host, fencing }, _m, body) => ({ ids: await host.removeStrays((body as Wire['MachineIds']).ids, (id) => fencing.addressedNow(id)) }),
+    // Asked as it goes: a machine a command changes while the removal runs is kept too, and
+    // everything once a newer adoption has begun (its own list decides).
+    run: async ({ host, fencing, epoch }, _m, body) => {
+      fencing.removal(epoch, 'removing');
+      try {
+        const ids = await host.removeStrays((body as Wire['MachineIds']).ids, (id) => fencing.keeps(id, epoch));
+        fencing.removal(epoch, 'done');
+        return { ids };
+      } catch (error) {
+        fencing.removal(epoch, 'failed');
+        throw error;
+      }
+    },
   },
   { method: 'POST', pattern: /^\/w1\/layers\/collect$/, operationId: 'CollectLayers', run: async ({ host }) => (await host.removeUnusedLayers(), done) },
   {
     method: 'GET', pattern: new RegExp(`^/w1/machines/${ID}$`), operationId: 'GetMachine',
     run: async ({ host }, [, id]) => ({ running: await host.isRunning(id!), session_saved: await host.hasSession(id!) }),
   },
-  { method: 'DELETE', pattern: new RegExp(`^/w1/machines/${ID}$`), operationId: 'DestroyMachine', run: async ({ host }, [, id]) => (await host.destroy(id!), done) },
+  { method: 'DELETE', pattern: new RegExp(`^/w1/machines/${ID}$`), operationId: 'DestroyMachine', run: async ({ host, fencing }, [, id]) => (await host.destroy(id!), fencing.forget(id!), done) },
   {
     method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/create$`), operationId: 'CreateMachine',
     run: async ({ host }, [, id], body) => {
@@ -242,10 +253,7 @@ export async function routeRequest(context: RouteContext, method: string, target
     if (route.method !== method) continue;
     const match = route.pattern.exec(url.pathname);
     if (!match) continue;
-    if (!UNFENCED.has(route.operationId)) {
-      if (!context.fencing.admits(context.epoch)) return staleEpoch(context.fencing, context.epoch);
-      if (url.pathname.startsWith('/w1/machines/') && match[1]) context.fencing.address(match[1]);
-    }
+    if (!UNFENCED.has(route.operationId) && !context.fencing.admits(context.epoch)) return staleEpoch(context.fencing, context.epoch);
     let body: unknown = undefined;
     const validate = validators[`${route.operationId}__body`];
     if (validate) {
@@ -256,10 +264,17 @@ export async function routeRequest(context: RouteContext, method: string, target
       }
       if (!validate(body)) return failure(400, 'bad_request', `the body does not fit ${route.operationId}: ${validate.errors?.[0]?.instancePath ?? ''} ${validate.errors?.[0]?.message ?? ''}`.trim());
     }
+    // A machine a command works on is kept from a removal of strays while it runs, and one it
+    // changes (anything but a read) for a while after (worker-fencing.ts).
+    const machine = url.pathname.startsWith('/w1/machines/') ? match[1] : undefined;
+    const ended = machine ? context.fencing.begin(machine) : () => undefined;
+    if (machine && method !== 'GET') context.fencing.address(machine);
     try {
       return { status: 200, body: await route.run(context, match, body, url.searchParams) };
     } catch (error) {
       return failureOf(error);
+    } finally {
+      ended();
     }
   }
   return failure(404, 'not_found', `no ${method} ${url.pathname.slice(0, 200)} in protocol ${WORKER_PROTOCOL_VERSION}`);

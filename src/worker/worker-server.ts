@@ -145,7 +145,6 @@ export class WorkerServer {
     if ('status' in target) return this.answer(res, checked.nonce, target);
     // Every stream is a command: only of the epoch the worker was adopted with.
     if (!this.fencing.admits(checked.epoch)) return this.answer(res, checked.nonce, staleEpoch(this.fencing, checked.epoch));
-    if ('machine' in target) this.fencing.address(target.machine);
     let open: (ws: WebSocket) => void;
     let abandon: () => void;
     if (target.kind === 'exec') {
@@ -171,8 +170,14 @@ export class WorkerServer {
       if (socket.destroyed) return abandon();
     } else if (target.kind === 'import') {
       const { machine, limits } = target;
-      open = (ws) => receiveMachine(ws, machine, limits, this.settings.host);
-      abandon = () => undefined;
+      // A machine on its way here is kept from a removal of strays while it comes, and for a while after.
+      this.fencing.address(machine);
+      const ended = this.fencing.begin(machine);
+      open = (ws) => {
+        ws.once('close', ended);
+        receiveMachine(ws, machine, limits, this.settings.host);
+      };
+      abandon = ended;
     } else if (target.kind === 'screen') {
       let screen: Duplex;
       try {

@@ -122,15 +122,18 @@ describe('the worker process', () => {
     expect(upgrade).toEqual({ status: 409, body: expect.stringContaining('"stale_epoch"') });
     await expect(newer.fence(1)).rejects.toBeInstanceOf(WorkerUnreachableError);
     expect((await newer.hello()).epoch).toBe(2);
-    // Removing strays keeps the owned machines and what a command of this epoch addressed meanwhile.
+    // Removing strays keeps the owned machines and what a command of this epoch changed meanwhile
+    // (placed after the list was read); a read changes nothing.
     mkdirSync(join(machines, 'stray-1'), { recursive: true });
     mkdirSync(join(machines, 'owned-1'), { recursive: true });
     mkdirSync(join(machines, 'placed-since-1'), { recursive: true });
-    expect(await newer.call('GET', '/w1/machines/placed-since-1', 'GetMachine')).toEqual({ running: false, session_saved: false });
+    expect(await newer.call('GET', '/w1/machines/stray-1', 'GetMachine')).toEqual({ running: false, session_saved: false });
+    expect(await newer.call('DELETE', '/w1/machines/placed-since-1/session', 'DiscardSession')).toEqual({});
+    expect((await newer.hello()).adoption.state).toBe('pending');
     expect(await newer.call('POST', '/w1/strays', 'RemoveStrays', { ids: ['owned-1'] })).toEqual({ ids: ['stray-1'] });
+    expect((await newer.hello()).adoption.state).toBe('done');
     expect(readdirSync(machines).sort()).toEqual(['owned-1', 'placed-since-1']);
-    // A command of the old epoch addressed nothing: the next adoption's removal does not keep what it named.
-    expect((await command('/w1/machines/placed-since-1', 2)).status).toBe(200);
+    // Adopted again: what the older epoch changed is not kept any more.
     await newer.fence(3);
     epoch = 3;
     expect((await command('/w1/machines/owned-1', 2)).status).toBe(409);
@@ -256,7 +259,7 @@ describe('a worker that answers what does not fit', () => {
 
   const client = () => new WorkerClient({ endpoint: { socketPath: join(dir, 'w.sock') }, secret, timeoutMs: 1500 });
   const hello = JSON.stringify({
-    protocol_version: 2, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg', tls_fingerprint: null, offer: { vcpu: 4, memory_mib: 4096, disk_mib: 100000 }, epoch: 1,
+    protocol_version: 2, worker_version: '0.1.0', started_at: new Date().toISOString(), accelerator: 'tcg', tls_fingerprint: null, offer: { vcpu: 4, memory_mib: 4096, disk_mib: 100000 }, epoch: 1, adoption: { state: 'done', seconds: 3 },
   });
 
   it('takes a well-formed signed answer (the stand-in is faithful)', async () => {

@@ -235,7 +235,8 @@ describe('workers on other hosts', () => {
     }
     // Back, under an epoch older than its row's: adopted anew, it ends the QEMU no record owns.
     await waitUntil('the revived worker to end the deleted machine', () => qemusOn(host).length === 0 || null, 60_000, 500);
-    await waitUntil('the worker to answer again', () => new RegExp(`${host.name}\\s+\\S+\\s+lost\\s+yes`).test(admin('workers')) || null, 60_000, 1000);
+    // Back: it drains (no new machine goes to it until it is activated).
+    await waitUntil('the worker to answer again', () => new RegExp(`${host.name}\\s+\\S+\\s+draining\\s+yes`).test(admin('workers')) || null, 60_000, 1000);
     expect(started.some((process) => process.output.includes('worker adopted: machines no record owns were removed'))).toBe(true);
     admin('worker-activate', '--name', host.name);
   });
