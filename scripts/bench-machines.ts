@@ -23,12 +23,19 @@
 //   exec `true` p50/p99    POST /exec, NDJSON until completed             AgentClient exec on the socket
 //   exec stdout MB/s       `head -c 64M /dev/zero` through POST /exec     the same through AgentClient
 //
+// Through the worker (the process split, issue 22): a second service whose machines run in a
+// supervised kiste-worker, as `npm start` runs them, makes the same cold create (booting alone) and
+// the same execs, alternating with the in-process service and raw QEMU; its rows set it beside the
+// in-process service of the same run. The rows above run kiste in this process (KISTE_COMPUTE=
+// in-process): they reach into the host (fork disk, boot snapshots).
+//
 // Order: the boots run alone (raw boot, then kiste's create, with no other machine of this run up);
 // the shorter figures alternate raw and kiste (exec batches, stream runs, save/stop/restore/resume
 // rounds, overlay/forkDisk pairs) so that both see the same noise from whatever else the host runs.
 //
 // Targets: create <= 1.2x raw boot; resume <= 1 s (0.3 s with file-backed RAM, which the service
-// uses); fork disk <= 1 s and independent of the disk size; exec p50 <= 50 ms; exec >= 50 MB/s.
+// uses); fork disk <= 1 s and independent of the disk size; exec p50 <= 50 ms; exec >= 50 MB/s;
+// through the worker, create-to-ready and exec p50 within 10 % of the in-process service.
 // The exit status is 0 whatever the figures (1 only on errors or when a QEMU is left behind).
 // Settings from the environment: BENCH_VCPU (2), BENCH_MEMORY_MIB (1024), BENCH_EXEC_RUNS (50),
 // BENCH_STREAM_MIB (64), BENCH_STREAM_RUNS (1), BENCH_SESSION_ROUNDS (3), BENCH_FORK_REPEATS (7),
@@ -65,7 +72,7 @@ import { openDatabase, type Database } from '../src/db/database';
 import { createApp } from '../src/http/app';
 import { createServices, type Services } from '../src/services';
 import { TEST_IMAGE_DIR } from '../test/support/images';
-import { close, listen, log } from './bench/support';
+import { close, listen, log, startWorkerService } from './bench/support';
 
 const VCPU = Number(process.env.BENCH_VCPU ?? 2);
 const MEMORY_MIB = Number(process.env.BENCH_MEMORY_MIB ?? 1024);
@@ -346,6 +353,8 @@ async function main(): Promise<void> {
   let services: Services | undefined;
   let server: Server | undefined;
   let client: HttpClient | undefined;
+  let splitClient: HttpClient | undefined;
+  let stopSplit: (() => Promise<void>) | undefined;
   let failed = false;
   try {
     // --- image and accelerator ---------------------------------------------------------------
@@ -363,6 +372,7 @@ async function main(): Promise<void> {
       KISTE_REQUESTS_PER_MINUTE: '1000000000',
       KISTE_LOG_LEVEL: 'info',
       KISTE_BOOT_SNAPSHOTS: 'on', // the instant rows need them; the cold rows drop this configuration's first (forgetBootSnapshots)
+      KISTE_COMPUTE: 'in-process', // the rows below reach into the host (fork disk, boot snapshots); the split has rows of its own
     });
     const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured (KISTE_ACCELERATOR)', probeMs: 0 };
     const accelerator = choice.accelerator;
@@ -492,6 +502,47 @@ async function main(): Promise<void> {
     const guestOnly = await rawExec(rawMachine.agent!, ['sh', '-c', `${streamArgv.join(' ')} > /dev/null`]);
     const guestOnlyMBps = (STREAM_MIB * MIB) / 1e6 / (guestOnly.ms / 1000);
     log(`exec stream: in the guest alone (output to /dev/null) ${guestOnlyMBps.toFixed(1)} MB/s`);
+
+    // --- through the worker (the process split): create and exec with the machines in a supervised
+    // kiste-worker, as `npm start` runs them, beside the in-process service and raw QEMU -----------
+    log('split: a second service whose machines run in a supervised kiste-worker');
+    const split = await startWorkerService(join(workDir, 'split'), accelerator);
+    stopSplit = split.stop;
+    const splitHttp = new HttpClient(split.base, split.token);
+    splitClient = splitHttp;
+    // Its create boots alone, as the in-process one did: the raw machine saved, bench-a stopped with its session.
+    await rawSave();
+    await lifecycle(http, 'POST', '/v1/instances/bench-a/stop', { snapshot: true }, 'stopped');
+    log(`split: POST /v1/instances (${DISK_MIB} MiB disk) until 200, through the worker (cold: boot snapshots off)`);
+    const splitCreated = await splitHttp.expect(200, 'POST', '/v1/instances', { ...shape, name: 'bench-split', disk_mib: DISK_MIB });
+    const splitFrom = (await runningEvent(splitHttp, splitCreated.body.id as string))?.data as { started_from?: string } | undefined;
+    if (splitFrom?.started_from !== 'boot') throw new Error(`the create through the worker did not boot cold: ${JSON.stringify(splitFrom)}`);
+    log(`split: create answered 200 after ${fmtS(splitCreated.ms)} (in-process ${fmtS(created.ms)}, raw boot ${fmtS(rawBootMs)})`);
+    await rawRestore();
+    await lifecycle(http, 'POST', '/v1/instances/bench-a/resume', undefined, 'running');
+    const splitExecPath = '/v1/instances/bench-split/exec';
+    log(`split: exec \`true\`: ${EXEC_RUNS} runs each, raw, in-process and through the worker alternating in batches of ${EXEC_BATCH}`);
+    const splitRawExecMs: number[] = [];
+    const splitInProcessExecMs: number[] = [];
+    const splitExecMs: number[] = [];
+    checkTrue(await splitHttp.many('POST', splitExecPath, { argv: ['true'] }, EXEC_WARMUP));
+    for (let done = 0; done < EXEC_RUNS; done += EXEC_BATCH) {
+      const batch = Math.min(EXEC_BATCH, EXEC_RUNS - done);
+      for (let i = 0; i < batch; i++) splitRawExecMs.push((await rawExec(rawMachine.agent!, ['true'])).ms);
+      splitInProcessExecMs.push(...checkTrue(await http.many('POST', execPath, { argv: ['true'] }, batch)));
+      splitExecMs.push(...checkTrue(await splitHttp.many('POST', splitExecPath, { argv: ['true'] }, batch)));
+    }
+    const splitStream = await splitHttp.expect(200, 'POST', splitExecPath, { argv: streamArgv });
+    if (splitStream.body?.type !== 'completed' || splitStream.stdoutBytes !== STREAM_MIB * MIB) throw new Error(`exec stream through the worker: ${splitStream.stdoutBytes} bytes decoded`);
+    const splitMBps = splitStream.stdoutBytes! / 1e6 / (splitStream.ms / 1000);
+    const splitInProcessStream = await http.expect(200, 'POST', execPath, { argv: streamArgv });
+    const splitInProcessMBps = splitInProcessStream.stdoutBytes! / 1e6 / (splitInProcessStream.ms / 1000);
+    log(`split: exec p50 through the worker ${fmtMs(percentile(splitExecMs, 0.5))}, in-process ${fmtMs(percentile(splitInProcessExecMs, 0.5))}, raw ${fmtMs(percentile(splitRawExecMs, 0.5))}; stream ${splitMBps.toFixed(1)} MB/s, in-process ${splitInProcessMBps.toFixed(1)} MB/s`);
+    await lifecycle(splitHttp, 'DELETE', '/v1/instances/bench-split', undefined, 'deleted');
+    await splitHttp.close();
+    splitClient = undefined;
+    await split.stop();
+    stopSplit = undefined;
 
     // --- memory sessions: raw save, kiste stop, raw restore, kiste resume, in rounds --------------
     const stopMs: number[] = [];
@@ -639,6 +690,16 @@ async function main(): Promise<void> {
       { figure: 'exec `true` p99', kiste: fmtMs(execP99), raw: fmtMs(rawP99), ratio: fmtRatio(execP99, rawP99), target: '(none given)', met: 'n/a' },
       { figure: `exec stdout, ${STREAM_MIB} MiB`, kiste: `${mbps.toFixed(1)} MB/s`, raw: `${rawMbps.toFixed(1)} MB/s`, ratio: fmtRatio(mbps, rawMbps), target: '>= 50 MB/s', met: yes(mbps >= 50) },
     ];
+    // The split: kiste through its worker in the kiste column, the in-process service in the raw column.
+    const splitP50 = percentile(splitExecMs, 0.5);
+    const splitInP50 = percentile(splitInProcessExecMs, 0.5);
+    const splitRows: Row[] = [
+      { figure: `create-to-ready (${DISK_MIB} MiB), worker vs in-process`, kiste: fmtS(splitCreated.ms), raw: fmtS(created.ms), ratio: fmtRatio(splitCreated.ms, created.ms), target: '<= 1.1x', met: yes(splitCreated.ms <= 1.1 * created.ms) },
+      { figure: '  … worker vs raw boot', kiste: fmtS(splitCreated.ms), raw: fmtS(rawBootMs), ratio: fmtRatio(splitCreated.ms, rawBootMs), target: '<= 1.2x raw', met: yes(splitCreated.ms <= 1.2 * rawBootMs) },
+      { figure: 'exec `true` p50, worker vs in-process', kiste: fmtMs(splitP50), raw: fmtMs(splitInP50), ratio: fmtRatio(splitP50, splitInP50), target: '<= 1.1x', met: yes(splitP50 <= 1.1 * splitInP50) },
+      { figure: 'exec `true` p99, worker vs in-process', kiste: fmtMs(percentile(splitExecMs, 0.99)), raw: fmtMs(percentile(splitInProcessExecMs, 0.99)), ratio: fmtRatio(percentile(splitExecMs, 0.99), percentile(splitInProcessExecMs, 0.99)), target: '(report)', met: 'n/a' },
+      { figure: `exec stdout ${STREAM_MIB} MiB, worker vs in-process`, kiste: `${splitMBps.toFixed(1)} MB/s`, raw: `${splitInProcessMBps.toFixed(1)} MB/s`, ratio: fmtRatio(splitMBps, splitInProcessMBps), target: '(report)', met: 'n/a' },
+    ];
     const list = (values: number[], digits = 0) => values.map((v) => v.toFixed(digits)).join(' ');
     const cpu = cpus()[0]?.model.trim() ?? 'unknown CPU';
     const lines: string[] = [];
@@ -647,6 +708,9 @@ async function main(): Promise<void> {
     lines.push(`HTTP: kiste in this process on a listening socket; client in a worker thread, one keep-alive connection; NDJSON read to 'completed', output base64-decoded`);
     lines.push('');
     lines.push(table(rows));
+    lines.push('');
+    lines.push('through the worker (the process split; the raw column is the in-process service, measured in the same run):');
+    lines.push(table(splitRows));
     lines.push('');
     lines.push('notes:');
     lines.push(`- ratio = kiste / raw (for MB/s below 1 is slower). Boots run alone; exec, sessions and fork disk alternate raw and kiste so both see the same noise.`);
@@ -658,6 +722,7 @@ async function main(): Promise<void> {
     lines.push(`- fork disk: medians of ${FORK_REPEATS} (ms, ${DISK_MIB} MiB: ${list(forkDiskMs[DISK_MIB]!)}; ${BIG_DISK_MIB} MiB: ${list(forkDiskMs[BIG_DISK_MIB]!)}); raw overlay (ms, ${list(rawOverlayMs[DISK_MIB]!)}; ${list(rawOverlayMs[BIG_DISK_MIB]!)}). Independent of the disk size: ${yes(sizeIndependent)}. These rows are the fork target.`);
     lines.push(`- fork, whole POST: the source keeps running while the copy boots; raw = raw boot + overlay. Not the fork target.`);
     lines.push(`- exec true: ${EXEC_RUNS} runs each after ${EXEC_WARMUP} warm-up; kiste min/max ${fmtMs(Math.min(...execMs))} / ${fmtMs(Math.max(...execMs))}, raw min/max ${fmtMs(Math.min(...rawExecMs))} / ${fmtMs(Math.max(...rawExecMs))}.`);
+    lines.push(`- through the worker: a second service on SQLite whose machines run in a supervised kiste-worker (npm start's default), boot snapshots off; its create booted alone (the raw machine saved, bench-a stopped with its session); exec alternated raw (p50 ${fmtMs(percentile(splitRawExecMs, 0.5))}), in-process and through the worker in batches of ${EXEC_BATCH}; one ${STREAM_MIB} MiB stream each.`);
     lines.push(`- exec stdout: median of ${STREAM_RUNS} (MB/s, kiste ${list(streamMBps, 1)}; raw ${list(rawMBps, 1)}); kiste's stream had ${streamLines} NDJSON lines. The same command writing to /dev/null in the guest (no transport): ${guestOnlyMBps.toFixed(1)} MB/s.`);
     process.stdout.write(lines.join('\n') + '\n');
   } catch (error) {
@@ -671,6 +736,8 @@ async function main(): Promise<void> {
         for (const id of await services.machineHost.knownMachineIds()) await services.machineHost.destroy(id).catch((e: unknown) => log(`destroy ${id}: ${String(e)}`));
         services.compute.inProcess!.machineHost.detachAll();
       }
+      await splitClient?.close();
+      await stopSplit?.();
       if (server) await close(server);
       await client?.close();
       await database?.close();

@@ -1,6 +1,6 @@
 // What every benchmark script needs: progress lines on stderr and an HTTP server on a free
 // loopback port that closes with its connections.
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import pino from 'pino';
 import { buildAgent } from '../../agent/build';
@@ -62,11 +62,35 @@ export async function startBenchService(options: { profile: ImageProfile; workDi
   const choice = config.accelerator === 'auto' ? await probeAccelerator() : { accelerator: config.accelerator, reason: 'configured' };
   log(`accelerator ${choice.accelerator} (${choice.reason})`);
   const database = await openDatabase({ url: undefined, dataDir: config.dataDir });
-  const services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)) });
+  // A supervised worker's log lines would land in the report on stdout: dropped (its warnings reach the service's log as failures).
+  const services = createServices(config, database, { accelerator: choice.accelerator, logger: pino({ level: 'warn' }, pino.destination(2)), workerOutput: () => undefined });
   if (!(await services.compute.start(options.profile))) throw new Error('the compute worker did not start');
   if (!(await services.machineHost.refreshImage(options.profile))) throw new Error(`the service does not see the ${options.profile} image`);
   const app = await createApp(services, pino({ level: 'silent' }));
   options.server.on('request', app);
   serveWebSockets(options.server, app);
   return { services, database, accelerator: choice.accelerator };
+}
+
+/**
+ * kiste with its machines in a supervised kiste-worker (as `npm start` runs them), in workDir, for a
+ * benchmark that sets it beside the in-process service: an account and an API key made, and what
+ * stop() removes (its machines, the worker, the listener, the database).
+ */
+export async function startWorkerService(workDir: string, accelerator: string): Promise<{ base: string; token: string; stop(): Promise<void> }> {
+  const server = createServer();
+  const base = await listen(server);
+  const { services, database } = await startBenchService({ profile: 'minimal', workDir, server, base, env: { KISTE_COMPUTE: 'worker', KISTE_ACCELERATOR: accelerator } });
+  const account = await services.accounts.create('split@example.com', 'benchmark password', 'Split Bench');
+  const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
+  return {
+    base,
+    token,
+    async stop() {
+      for (const id of await services.machineHost.knownMachineIds().catch(() => [])) await services.machineHost.destroy(id).catch(() => undefined);
+      await close(server);
+      await services.compute.stop();
+      await database.close();
+    },
+  };
 }
