@@ -1,6 +1,6 @@
 // Periodic work of a running service: due account deletions, the uptime heartbeat, event retention,
 // instance expiry and checkpoints, alert e-mail and the alert checks, webhook deliveries, operations
-// a compute worker left open. Each job runs again only after its previous run finished; stop()
+// a compute worker left open or whose control-plane replica died. Each job runs again only after its previous run finished; stop()
 // waits for running ones. Jobs that claim each piece of work in the database (deliveries, alert
 // e-mail) and the heartbeat run in every control-plane replica; the others only where the
 // leadership is held (src/db/leader-lock.ts).
@@ -56,6 +56,12 @@ export class BackgroundJobs {
   }
 }
 
+/** Operations whose replica died (another control plane among several) or released them: finished by the leader. */
+function finishOrphanedOperations(services: Services): Promise<void> {
+  if (!services.machineHost.reachable()) return Promise.resolve(); // its return reconciles
+  return services.instances.reconcile({ cleanUp: false, orphaned: true });
+}
+
 function finishOpenOperations(services: Services): Promise<void> {
   if (!services.machineHost.reachable()) return Promise.resolve(); // its return reconciles
   return services.instances.reconcile({ cleanUp: false, onlyOpen: true });
@@ -76,6 +82,7 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'alert-email', everyMs: 5_000, run: () => services.alerts.outbox.run(), everyReplica: true },
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
+      { name: 'orphaned-operations', everyMs: 10_000, run: () => finishOrphanedOperations(services) },
       // An operation a worker's timeout or end left open, when no return of the worker finished it.
       ...(services.compute.kind !== 'in-process' ? [{ name: 'open-operations', everyMs: 60_000, run: () => finishOpenOperations(services) }] : []),
     ],

@@ -27,6 +27,12 @@ export interface ReconcileOptions {
   onlyOpen?: boolean;
   /** Only the machines of this worker (several hosts: the one that answers again). */
   workerId?: string;
+  /**
+   * Only rows whose open operation no running replica holds: its replica died (kill -9 of a
+   * control plane among several), or released it while its host could not be reached. Never this
+   * replica's own claims (a request may be between its claim and its work).
+   */
+  orphaned?: boolean;
 }
 
 /** The work of Instances that the reconciler finishes operations with. */
@@ -42,6 +48,7 @@ type ReconcilerHost = Pick<Machines, 'adopt' | 'destroy' | 'hasSession' | 'remov
 export class InstanceReconciler {
   private reconciling: Promise<void> | null = null;
   private queuedPass: Promise<void> | null = null;
+  private queuedOptions: ReconcileOptions | null = null;
 
   constructor(
     private readonly store: InstanceStore,
@@ -63,10 +70,14 @@ export class InstanceReconciler {
   reconcile(options: ReconcileOptions = { cleanUp: true }): Promise<void> {
     if (this.reconciling) {
       // The pass under way may have gone past rows this call is about (a worker that came back
-      // again meanwhile): one more pass follows it.
+      // again meanwhile): one more pass follows it, over what every call that waits for it asked
+      // (two different filters make an unfiltered pass).
+      this.queuedOptions = this.queuedOptions === null ? options : widest(this.queuedOptions, options);
       this.queuedPass ??= this.reconciling.catch(() => undefined).then(() => {
+        const queued = this.queuedOptions!;
         this.queuedPass = null;
-        return this.reconcile(options);
+        this.queuedOptions = null;
+        return this.reconcile(queued);
       });
       return this.queuedPass;
     }
@@ -76,10 +87,11 @@ export class InstanceReconciler {
     return this.reconciling;
   }
 
-  private async pass({ cleanUp, onlyOpen = false, workerId }: ReconcileOptions): Promise<void> {
+  private async pass({ cleanUp, onlyOpen = false, workerId, orphaned = false }: ReconcileOptions): Promise<void> {
     const staleBefore = this.clock.now().getTime() - OPEN_OPERATION_STALE_MS;
     const leftOpen = (row: Instance) => row.operation !== null && (row.operationStartedAt?.getTime() ?? 0) < staleBefore;
-    const listed = (await this.store.all()).filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || leftOpen(row)) && (workerId === undefined || row.workerId === workerId));
+    const rows = orphaned ? (await this.store.withOpenOperation()).filter((row) => row.operationOwner !== this.replicas.me) : await this.store.all();
+    const listed = rows.filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || leftOpen(row)) && (workerId === undefined || row.workerId === workerId));
     const afterCleanUp: (() => void)[] = [];
     let hostsAway = false;
     for (const listedRow of listed) {
@@ -158,4 +170,10 @@ export class InstanceReconciler {
     const claimed = await this.operations.claimIfFree(row, 'reconcile');
     if (claimed) await this.operations.run(claimed, work);
   }
+}
+
+/** One pass that covers both: the same filters, or none. */
+function widest(a: ReconcileOptions, b: ReconcileOptions): ReconcileOptions {
+  const same = (a.onlyOpen ?? false) === (b.onlyOpen ?? false) && a.workerId === b.workerId && (a.orphaned ?? false) === (b.orphaned ?? false);
+  return same ? { ...a, cleanUp: a.cleanUp || b.cleanUp } : { cleanUp: a.cleanUp || b.cleanUp };
 }

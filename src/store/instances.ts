@@ -90,6 +90,11 @@ export class InstanceStore {
     return clientFor(tx, this.db).instance.update({ where: { id }, data: { ...data, ...ending } });
   }
 
+  /** Host-wide: the instances with an open operation (the reconciler's look for ones whose replica died). */
+  withOpenOperation(): Promise<Instance[]> {
+    return this.db.instance.findMany({ where: { operation: { not: null } } });
+  }
+
   /** Host-wide: every instance (reconciliation at start). */
   all(): Promise<Instance[]> {
     return this.db.instance.findMany();

@@ -7,7 +7,9 @@
 // Cutting one worker's link (`ip link set down`) makes its machine's calls answer 503 N01 while the
 // other worker's machine answers on; when the link is back the machine answers again, the same boot.
 // kill -9 of a worker in the middle of a restart and of a create: N01 meanwhile, and once the worker
-// runs again each operation ends as asked, with one QEMU per machine. A worker that stops answering
+// runs again each operation ends as asked, with one QEMU per machine. kill -9 of a control-plane
+// replica in the middle of a stop, a resume and a delete: the other replica finishes each as asked.
+// A worker that stops answering
 // (SIGSTOP) is declared lost: its machine errs with an event and an alert, and is deleted as a record;
 // when the process runs on (SIGCONT) under its old epoch, it is fenced and adopted anew and ends the
 // deleted machine's QEMU.
@@ -55,6 +57,15 @@ describe('workers on other hosts', () => {
       cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
     });
 
+  const replicaEnvs: Record<string, string>[] = [];
+  const replicas: ServiceProcess[] = [];
+  async function startReplica(index: number): Promise<void> {
+    const replica = new ServiceProcess(replicaEnvs[index]!);
+    replicas[index] = replica;
+    started.push(replica);
+    await replica.listening();
+  }
+
   async function startWorker(host: Host): Promise<void> {
     host.process = new ServiceProcess({
       KISTE_DATA_DIR: host.dir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg', KISTE_BOOT_SNAPSHOTS: 'off',
@@ -93,9 +104,8 @@ describe('workers on other hosts', () => {
     await Promise.all(hosts.map(startWorker));
     for (const [index, port] of ports.entries()) {
       // The second replica: its own process and data folder, the same database and secret.
-      const replica = new ServiceProcess(index === 0 ? env : { ...env, KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: mkdtempSync(join(fresh.dataDir, 'replica-')) });
-      started.push(replica);
-      await replica.listening();
+      replicaEnvs.push(index === 0 ? env : { ...env, KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: mkdtempSync(join(fresh.dataDir, 'replica-')) });
+      await startReplica(index);
     }
     auth = await adminKey(urls[0]!, 'several hosts');
   });
@@ -163,12 +173,48 @@ describe('workers on other hosts', () => {
     expect(qemusOn(far)).toHaveLength(1); // no second copy
   });
 
+  it('finishes a stop, a resume and a delete that a kill -9 of their control-plane replica cut short: the other replica takes each over', async () => {
+    const status = async (name: string) => (await api(1).get(`/v1/instances/${name}`).set(auth)).body as { status?: string; session_saved?: boolean };
+    /** Asks replica 0 for the operation, kills it with -9 once replica 1 sees the operation under way (or over: it may be quick), and starts it again. */
+    const cutShort = async (name: string, ask: () => Promise<unknown>, underWay: string, over: string | undefined) => {
+      const answered = ask().catch(() => null);
+      await waitUntil(`${name} to be ${underWay}`, async () => [underWay, over].includes((await status(name)).status) || null, 60_000, 20);
+      replicas[0]!.child.kill('SIGKILL');
+      await answered;
+      await startReplica(0);
+    };
+    const bootId = await bootOf('one');
+    await exec('one', ['sh', '-c', '(while true; do sleep 1; done) & echo $! > /tmp/sleeper']);
+    const sleeper = (await exec('one', ['cat', '/tmp/sleeper']))!.trim();
+
+    await cutShort('one', () => api(0).post('/v1/instances/one/stop').set(auth).send({ snapshot: true }), 'stopping', 'stopped');
+    const stopped = await waitUntil('the stop to end', async () => ((await status('one')).status === 'stopped' ? status('one') : null), 180_000, 500);
+    expect(stopped.session_saved).toBe(true);
+
+    await cutShort('one', () => api(0).post('/v1/instances/one/resume').set(auth).send({}), 'starting', 'running');
+    await waitUntil('the resume to end running', async () => {
+      const now = await status('one');
+      if (now.status === 'error') throw new Error(`the resume ended in error: ${JSON.stringify(now)}`);
+      return now.status === 'running' || null;
+    }, 180_000, 500);
+    // Resumed where it was: the same boot, its processes running on.
+    expect(await execWhenBack('one', ['sh', '-c', `cat /proc/sys/kernel/random/boot_id; kill -0 ${sleeper} && echo alive`])).toBe(`${bootId}\nalive\n`);
+
+    const host = workerOf('two')!;
+    await cutShort('two', () => api(0).delete('/v1/instances/two').set(auth), 'deleting', undefined);
+    await waitUntil('the delete to end', async () => (await api(1).get('/v1/instances/two').set(auth)).status === 404 || null, 120_000, 500);
+    await waitUntil('its QEMU to be gone', () => qemusOn(host).length === 0 || null, 30_000, 200);
+  });
+
   it('finishes a restart that a kill -9 of its worker cut short: the machine ends running, booted anew', async () => {
     const host = workerOf('one')!;
     const bootId = await bootOf('one');
     const [oldQemu] = qemusOn(host).map((p) => p.pid);
     const restart = api().post('/v1/instances/one/restart').set(auth).send({}).then((res) => res);
-    await waitUntil('the new QEMU to boot', () => (qemusOn(host).length === 1 && qemusOn(host)[0]!.pid !== oldQemu) || null, 120_000, 50);
+    await waitUntil('the new QEMU to boot', () => {
+      const now = qemusOn(host); // read once: the list changes between two reads while the old QEMU ends
+      return (now.length === 1 && now[0]!.pid !== oldQemu) || null;
+    }, 120_000, 50);
     killWorker(host);
     expect([200, 202, 503]).toContain((await restart).status);
     await startWorker(host);
@@ -182,9 +228,8 @@ describe('workers on other hosts', () => {
   });
 
   it('finishes a create that a kill -9 of its worker cut short: N01 meanwhile, then running', async () => {
-    const host = workerOf('two')!;
-    await api().delete('/v1/instances/two').set(auth).expect(checkContract);
-    await waitUntil('the machine to be gone', async () => (await api().get('/v1/instances/two').set(auth)).status === 404, 120_000, 500);
+    // The worker without a machine (its machine was deleted above).
+    const host = hosts.find((candidate) => candidate !== workerOf('one'))!;
     expect(qemusOn(host)).toHaveLength(0);
     // The only worker with room is the one just emptied.
     const create = api().post('/v1/instances').set(auth).send({ ...MACHINE, name: 'again' }).then((res) => res);
