@@ -370,7 +370,7 @@ async function workerCommand(config: Config, parsed: Parsed): Promise<void> {
           worker.name,
           worker.address,
           worker.state,
-          workers.isLive(worker) ? 'yes' : 'no',
+          workers.isLive(worker) ? (workers.isPlaceable(worker) ? 'yes' : 'adopting') : 'no',
           ((offer) => `${offer.vcpu}/${offer.memoryMib}/${offer.diskMib}`)(offerOf(worker)),
           String(loads.get(worker.id)?.machines ?? 0),
           worker.lastError ?? '-',

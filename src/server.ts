@@ -38,7 +38,14 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
   // (operations, image builds) is finished (listened to before the start, so a worker that ends
   // during the first pass is not missed). The machines' pass is a job: every replica sees the
   // return, one runs the pass (retried if it fails, run elsewhere if its replica dies).
-  services.jobs.work('reconcile-worker', (data) => services.instances.reconcile({ cleanUp: false, ...reconcileJobOf(data) }));
+  services.jobs.work('reconcile-worker', async (data) => {
+    const job = reconcileJobOf(data);
+    // A replica that does not reach the worker now (it is starting, or cut off from that worker)
+    // would skip every machine and call the job done: it fails, to be tried again, perhaps elsewhere.
+    const reaches = job.workerId === undefined ? services.machineHost.reachable() : services.machineHost.reachableFor(job.workerId);
+    if (!reaches) throw new Error('the worker does not answer this replica now');
+    await services.instances.reconcile({ cleanUp: false, ...job });
+  });
   await services.jobs.start();
   services.compute.onBack((workerId) => {
     void services.jobs.send('reconcile-worker', { worker_id: workerId ?? null }, { key: workerId ?? 'local' }).catch((error: Error) => logger.error({ err: error }, 'reconciling after the compute worker came back could not be queued'));

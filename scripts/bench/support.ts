@@ -81,6 +81,16 @@ export async function startWorkerService(workDir: string, accelerator: string): 
   const server = createServer();
   const base = await listen(server);
   const { services, database } = await startBenchService({ profile: 'minimal', workDir, server, base, env: { KISTE_COMPUTE: 'worker', KISTE_ACCELERATOR: accelerator } });
+  // A worker checks its image in the background once it listens (agent bundle, recipe, files): what a
+  // long-running worker did long ago. Measured only after, as the in-process service's was checked before.
+  for (const deadline = Date.now() + 300_000; ; ) {
+    await services.machineHost.refreshImage('minimal');
+    const build = services.machineHost.imageBuildState('minimal');
+    if (build.state === 'ready' && build.step === null) break;
+    if (build.state === 'failed' || Date.now() > deadline) throw new Error(`the worker's image is not ready: ${JSON.stringify(build)}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  await new Promise((resolve) => setTimeout(resolve, 3000)); // and its start settled
   const account = await services.accounts.create('split@example.com', 'benchmark password', 'Split Bench');
   const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
   return {

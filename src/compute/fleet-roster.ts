@@ -8,7 +8,7 @@ import { withDeadline } from '../deadline';
 import type { Accelerator, ImageProfile } from './machine-host';
 import { RemoteImages } from './remote-images';
 import { SupervisedWorker } from './supervised-worker';
-import { adoptWorker, needsAdoption, nextEpoch } from './worker-adoption';
+import { adoptionNeed, adoptWorker, nextEpoch, removeWorkerStrays } from './worker-adoption';
 import { introduceWorker, WorkerClient, WorkerUnreachableError, type WorkerHello } from './worker-client';
 import { WorkerMachineHost } from './worker-machine-host';
 import { WORKER_PROTOCOL_VERSION } from './worker-wire';
@@ -38,6 +38,8 @@ export interface WorkerContact {
   protocolVersion: number;
   /** Pinned now (first contact). */
   certificatePem?: string;
+  /** The run that answered is adopted under the recorded epoch: placement may give it machines. */
+  adopted: boolean;
 }
 
 /** What the fleet needs of the registry of workers (the database's, through the domain). */
@@ -156,19 +158,24 @@ export class FleetRoster {
       // A short deadline of its own: one worker that is slow to answer must not hold back the other workers' leases.
       hello ??= await withDeadline(client.hello(), HELLO_MS, () => new WorkerUnreachableError(`the worker did not answer its hello within ${HELLO_MS} ms`));
       if (hello.protocol_version !== WORKER_PROTOCOL_VERSION) throw new Error(`the worker speaks protocol ${hello.protocol_version}, this control plane ${WORKER_PROTOCOL_VERSION}`);
-      // The lease first: an adoption may take a while, and the worker answers meanwhile.
+      const need = adoptionNeed(hello, worker.epoch);
+      // The lease first: an adoption may take a while, and the worker answers meanwhile; new
+      // machines go to it only once it is adopted.
       await this.settings.registry.answered(worker.id, {
         offer: { vcpu: hello.offer.vcpu, memoryMib: hello.offer.memory_mib, diskMib: hello.offer.disk_mib },
         protocolVersion: hello.protocol_version,
+        adopted: need !== 'adopt',
         ...(pinned ? { certificatePem: pinned } : {}),
       });
-      if (needsAdoption(hello, worker.epoch)) {
-        // Its machines are reached once it is adopted (by this replica or another).
+      if (need === 'adopt') {
+        // Its machines are reached once it is adopted (by this replica or another); a new run is not the old one's client.
+        if (member.run !== hello.started_at) member.worker = null;
         this.adopt(member, worker, client, hello);
         return false;
       }
       const epochMoved = client.epoch !== hello.epoch; // adopted by another replica meanwhile
       client.epoch = hello.epoch;
+      if (need === 'remove-strays') this.removeStraysAgain(member, worker, client);
       const back = member.adopted || epochMoved || member.worker === null || member.run !== hello.started_at;
       member.adopted = false;
       member.worker = client;
@@ -189,12 +196,24 @@ export class FleetRoster {
   private adopt(member: Member, worker: RegisteredWorker, client: WorkerClient, hello: WorkerHello): void {
     if (member.adopting || Date.now() - member.lastAdoption < ADOPT_EVERY_MS) return;
     member.lastAdoption = Date.now();
-    if (hello.epoch > worker.epoch) this.settings.logger.warn({ worker: worker.name, epoch: hello.epoch, recorded: worker.epoch }, 'a worker names a higher fencing epoch than its record (a database restored from a backup?)');
     member.adopting = this.adoptRun(worker, client, hello.epoch)
       .then((adopted) => {
         member.adopted ||= adopted;
       })
       .catch((error: Error) => this.settings.logger.warn({ worker: worker.name, err: error.message }, 'adopting the worker failed; it is tried again'))
+      .finally(() => {
+        member.adopting = null;
+      });
+  }
+
+  /** The adoption's removal of strays failed, stalled or never came: asked again under the worker's epoch (one at a time, at most one per ADOPT_EVERY_MS). */
+  private removeStraysAgain(member: Member, worker: RegisteredWorker, client: WorkerClient): void {
+    if (member.adopting || Date.now() - member.lastAdoption < ADOPT_EVERY_MS) return;
+    member.lastAdoption = Date.now();
+    const registry = this.settings.registry;
+    member.adopting = removeWorkerStrays(client, async () => [...(await registry.machineIdsOn(worker.id)), ...(await registry.movingMachineIds())])
+      .then((removed) => this.settings.logger.info({ worker: worker.name, removed }, 'the worker\'s strays removed again'))
+      .catch((error: Error) => this.settings.logger.warn({ worker: worker.name, err: error.message }, 'the worker\'s strays could not be removed; tried again'))
       .finally(() => {
         member.adopting = null;
       });

@@ -13,7 +13,7 @@ import { SupervisedWorker } from './supervised-worker';
 import { RemoteImages } from './remote-images';
 import { WorkerMachineHost } from './worker-machine-host';
 import { WorkerSupervisor, type WorkerState } from './worker-supervisor';
-import { adoptWorker, nextEpoch } from './worker-adoption';
+import { nextEpoch, removeWorkerStrays } from './worker-adoption';
 import type { WorkerClient } from './worker-client';
 
 /** How often the worker's image state is read while it is up (a build's step for K06, a new version). */
@@ -57,6 +57,7 @@ export class LocalWorkerCompute implements ServiceCompute {
       output: settings.output,
       onState: (state) => this.changed(state),
       adopt: (client, helloEpoch) => this.adopt(client, helloEpoch),
+      removeStrays: (client) => this.removeStrays(client),
     });
     const worker = new SupervisedWorker(this.supervisor);
     this.images = new RemoteImages(worker);
@@ -93,8 +94,14 @@ export class LocalWorkerCompute implements ServiceCompute {
    * process's child, so nobody else adopts it and its own hello says the highest epoch so far.
    */
   private async adopt(client: WorkerClient, helloEpoch: number): Promise<void> {
-    const removed = await adoptWorker(client, nextEpoch(helloEpoch, 0), () => this.settings.ownedMachineIds());
-    if (removed.length) this.settings.logger.warn({ machines: removed }, 'adopting kiste-worker removed machines no record owns');
+    await client.fence(nextEpoch(helloEpoch, 0));
+    // A removal that fails leaves the worker serving; its hello says so, and it is tried again.
+    await this.removeStrays(client).catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'kiste-worker\'s strays could not be removed; trying again'));
+  }
+
+  private async removeStrays(client: WorkerClient): Promise<void> {
+    const removed = await removeWorkerStrays(client, () => this.settings.ownedMachineIds());
+    if (removed.length) this.settings.logger.warn({ machines: removed }, 'kiste-worker removed machines no record owns');
   }
 
   private changed(state: WorkerState): void {

@@ -14,10 +14,22 @@ export type Accelerator = 'kvm' | 'tcg';
  */
 export class HostUnreachableError extends Error {}
 
+/** The host took a call but gave no whole answer in time: what it did is not known (a worker's deadline). */
+export class HostTimeoutError extends Error {}
+
 /** Whether a failure came from a host out of reach, directly or as the cause of another (an agent call's). */
 export function cameFromUnreachableHost(error: unknown): boolean {
+  return causedBy(error, HostUnreachableError);
+}
+
+/** Whether a failure leaves the machine's state unknown: its host out of reach, or no answer in time. */
+export function leftStateUnknown(error: unknown): boolean {
+  return causedBy(error, HostUnreachableError) || causedBy(error, HostTimeoutError);
+}
+
+function causedBy(error: unknown, kind: typeof HostUnreachableError | typeof HostTimeoutError): boolean {
   for (let current = error, depth = 0; current instanceof Error && depth < 4; current = current.cause, depth++) {
-    if (current instanceof HostUnreachableError) return true;
+    if (current instanceof kind) return true;
   }
   return false;
 }

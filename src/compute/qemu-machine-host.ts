@@ -442,9 +442,18 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     // Files of a move that never finished (the worker or its control plane went away meanwhile);
     // one on its way now is of a machine the control plane names as owned.
     for (const name of readdirSync(this.machinesDir).filter((entry) => entry.startsWith('.incoming-'))) {
-      if (!keeps(name.slice('.incoming-'.length))) rmSync(join(this.machinesDir, name), { recursive: true, force: true });
+      if (keeps(name.slice('.incoming-'.length))) continue;
+      try {
+        rmSync(join(this.machinesDir, name), { recursive: true, force: true });
+      } catch (error) {
+        this.options.logger.warn({ err: error, folder: name }, 'the files of a move that never finished could not be removed');
+      }
     }
-    const reaped = await reapOrphans({ machinesRoot: this.machinesDir, isOrphan: (info) => !keeps(info.machineId) });
+    const reaped = await reapOrphans({
+      machinesRoot: this.machinesDir,
+      isOrphan: (info) => !keeps(info.machineId),
+      onSurvivor: (info, error) => this.options.logger.warn({ err: error, machine: info.machineId, pid: info.pid }, 'a QEMU no record owns would not end; left for the next removal'),
+    });
     for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
     if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
     return removed;

@@ -9,13 +9,21 @@ import { RemoteMachines } from './remote-machines';
 import type { WorkerClient, WorkerHello } from './worker-client';
 import { MAX_EPOCH } from '../protocol/worker-signature';
 
-/** How long an adoption may stay between its two steps before another control plane adopts again (its adopter went away). */
+/** How long an adoption may stay between its two steps before another control plane removes the strays (its adopter went away). */
 const PENDING_ADOPTION_S = 60;
+/** How long a removal of strays may run before it counts as stuck (one machine's destroy waiting behind a hung operation). */
+const REMOVING_STUCK_S = 15 * 60;
 
-/** Whether a worker's run needs adopting: never adopted, adopted under another epoch than `recorded`, or its adoption failed or stalled. */
-export function needsAdoption(hello: Pick<WorkerHello, 'epoch' | 'adoption'>, recorded: number): boolean {
-  if (hello.epoch === 0 || hello.epoch !== recorded) return true;
-  return hello.adoption.state === 'failed' || (hello.adoption.state === 'pending' && hello.adoption.seconds > PENDING_ADOPTION_S);
+/**
+ * What a worker's run needs, by its hello: adopting (never adopted, or under another epoch than
+ * `recorded`), its strays removed again under its epoch (the removal failed, never came, or is
+ * stuck), or nothing.
+ */
+export function adoptionNeed(hello: Pick<WorkerHello, 'epoch' | 'adoption'>, recorded: number): 'adopt' | 'remove-strays' | null {
+  if (hello.epoch === 0 || hello.epoch !== recorded) return 'adopt';
+  const { state, seconds } = hello.adoption;
+  if (state === 'failed' || (state === 'pending' && seconds > PENDING_ADOPTION_S) || (state === 'removing' && seconds > REMOVING_STUCK_S)) return 'remove-strays';
+  return null;
 }
 
 /** The epoch an adoption takes: past both the worker's and the records' (a worker that claims the last one cannot be adopted: register it again). */
@@ -28,5 +36,10 @@ export function nextEpoch(helloEpoch: number, recorded: number): number {
 /** Fences the worker under `epoch`, then reads which machines the records own and removes the others; returns the ids removed. */
 export async function adoptWorker(client: WorkerClient, epoch: number, owned: () => Promise<readonly string[]>): Promise<string[]> {
   await client.fence(epoch);
+  return removeWorkerStrays(client, owned);
+}
+
+/** Removes the worker's strays under the epoch the client knows it by (the list read now: after the fence). */
+export async function removeWorkerStrays(client: WorkerClient, owned: () => Promise<readonly string[]>): Promise<string[]> {
   return new RemoteMachines(client).removeStrays(await owned());
 }

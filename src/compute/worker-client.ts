@@ -12,7 +12,7 @@ import { WebSocket } from 'ws';
 import type { components } from '../generated/worker-api';
 import * as validators from '../generated/worker-validators';
 import { peerText } from '../protocol/peer-input';
-import { HostUnreachableError } from './machine-host';
+import { HostTimeoutError, HostUnreachableError } from './machine-host';
 import { answerSignedBy, signRequest, SIGNATURE_HEADERS } from '../protocol/worker-signature';
 
 /** No answer of this protocol is larger (streams are upgrades, not answers). */
@@ -34,7 +34,7 @@ export class WorkerStaleEpochError extends WorkerUnreachableError {}
  * still answers its supervisor), so the operation fails as any other would instead of waiting for
  * a return that never comes.
  */
-export class WorkerTimeoutError extends Error {}
+export class WorkerTimeoutError extends HostTimeoutError {}
 export class WorkerProtocolError extends Error {}
 /** The worker answered, validly, with an error of the protocol (`agentCode`: how a guest agent call failed). */
 export class WorkerCallError extends Error {

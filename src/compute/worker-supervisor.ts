@@ -10,7 +10,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readWorkerSecret } from '../worker/worker-secret';
 import { WorkerClient } from './worker-client';
-import { needsAdoption } from './worker-adoption';
+import { adoptionNeed } from './worker-adoption';
 import { relayWorkerOutput } from './worker-output';
 
 export type WorkerState = 'starting' | 'up' | 'down' | 'stopped';
@@ -33,9 +33,14 @@ export interface WorkerSupervisorSettings {
    * another): fences it with a higher epoch and removes what no record owns. It is up only after.
    */
   adopt(client: WorkerClient, helloEpoch: number): Promise<void>;
+  /** Removes the strays of a run adopted already whose removal failed (its hello says so). */
+  removeStrays(client: WorkerClient): Promise<void>;
   /** Where the worker's log lines go, marked as its own (default: this process's stdout). */
   output?: (line: string) => void;
 }
+
+/** At most one removal of strays again per this long. */
+const REMOVE_AGAIN_MS = 60_000;
 
 /** Where the worker's program is: compiled beside this file, or its source under tsx (tests, `npm run dev`). */
 function workerCommand(): string[] {
@@ -51,6 +56,7 @@ export class WorkerSupervisor {
   private failedChecks = 0;
   private upSince = 0;
   private stopping = false;
+  private lastRemoval = 0;
   private readonly socketPath: string;
   private readonly pidFile: string;
 
@@ -157,11 +163,17 @@ export class WorkerSupervisor {
       if (!existsSync(secretFile) || !existsSync(this.socketPath)) return false;
       this.client ??= new WorkerClient({ endpoint: { socketPath: this.socketPath }, secret: readWorkerSecret(secretFile, { create: false }), timeoutMs: 5000 });
       const hello = await this.client.hello();
-      if (hello.epoch !== this.client.epoch || needsAdoption(hello, this.client.epoch)) {
+      const need = adoptionNeed(hello, this.client.epoch);
+      if (need === 'adopt') {
         await this.settings.adopt(this.client, hello.epoch).catch((error: Error) => {
           this.settings.logger.warn({ err: error.message }, 'kiste-worker could not be adopted; trying again');
           throw error;
         });
+      } else if (need === 'remove-strays' && Date.now() - this.lastRemoval > REMOVE_AGAIN_MS) {
+        // Adopted, but its strays were not removed: that is tried again now and then, the worker serving meanwhile.
+        this.lastRemoval = Date.now();
+        const client = this.client;
+        void this.settings.removeStrays(client).catch((error: Error) => this.settings.logger.warn({ err: error.message }, 'kiste-worker\'s strays could not be removed; trying again'));
       }
       return true;
     } catch {

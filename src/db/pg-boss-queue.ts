@@ -1,7 +1,9 @@
 // The job queue on PostgreSQL: pg-boss (its own schema, `kiste_jobs`), worked by every control-plane
-// replica. pg-boss hands each job to one replica at a time; a keyed job takes turns with the others
-// of its key (the `stately` policy: one running, one waiting); a replica that dies with a job in hand
-// leaves it to expire and be run again elsewhere; failures are tried again with a doubling delay.
+// replica. pg-boss hands each job to one replica; a keyed job waits at most once (the `short`
+// policy: one queued per key; `stately` would also hold one running per key, but pg-boss 10's fetch
+// then stops at a key whose slot is taken and holds back every other key's jobs behind it); a
+// replica that dies with a job in hand leaves it to expire (pg-boss looks every few minutes) and be
+// run again elsewhere; failures are tried again with a doubling delay.
 // A send NOTIFYs `kiste_jobs` with the job's name, so the replicas' LISTEN connections fetch at
 // once; each also looks every few seconds, so a lost notification costs only that wait.
 import PgBoss from 'pg-boss';
@@ -39,7 +41,7 @@ export class PgBossQueue implements JobQueue {
     boss.on('error', (error) => this.logger.warn({ err: error }, 'the job queue reported an error'));
     await boss.start();
     for (const name of JOB_NAMES) {
-      await boss.createQueue(name, { name, policy: 'stately', retryLimit: JOB_RETRIES, retryDelay: JOB_RETRY_DELAY_S, retryBackoff: true, expireInSeconds: EXPIRE_S });
+      await boss.createQueue(name, { name, policy: 'short', retryLimit: JOB_RETRIES, retryDelay: JOB_RETRY_DELAY_S, retryBackoff: true, expireInSeconds: EXPIRE_S });
     }
     this.boss = boss;
     if (this.handlers.size === 0) return; // sends only (the admin)
@@ -54,7 +56,7 @@ export class PgBossQueue implements JobQueue {
   async send(name: JobName, data: Record<string, string | null>, options: { key?: string } = {}): Promise<void> {
     const boss = this.boss;
     if (!boss || this.stopped) return;
-    // null: one of the key waits already (the stately policy's unique index); that one will do.
+    // null: one of the key waits already (the short policy's unique index); that one will do.
     await boss.send(name, data, { ...(options.key === undefined ? {} : { singletonKey: options.key }) });
     await boss.getDb().executeSql('SELECT pg_notify($1, $2)', [JOBS_CHANNEL, name]);
   }
@@ -86,6 +88,7 @@ export class PgBossQueue implements JobQueue {
     try {
       await client.connect();
       await client.query(`LISTEN ${JOBS_CHANNEL}`);
+      if (this.stopped) return void (await client.end().catch(() => undefined)); // stopped meanwhile
       this.listener = client;
     } catch (error) {
       this.logger.warn({ err: error }, 'the job queue\'s LISTEN connection failed; looking every few seconds meanwhile');
@@ -118,13 +121,16 @@ export class PgBossQueue implements JobQueue {
     const boss = this.boss!;
     const [job] = await boss.fetch<unknown>(name, { batchSize: 1 });
     if (!job) return false;
+    let failure: unknown = null;
     try {
       await this.handlers.get(name)!(job.data);
-      await boss.complete(name, job.id);
     } catch (error) {
+      failure = error;
       this.logger.warn({ err: error, job: name }, 'background job failed; it is tried again later');
-      await boss.fail(name, job.id, { message: error instanceof Error ? error.message.slice(0, 500) : String(error).slice(0, 500) });
     }
+    // A job whose end cannot be written stays active until it expires, then runs again.
+    await (failure === null ? boss.complete(name, job.id) : boss.fail(name, job.id, { message: String(failure instanceof Error ? failure.message : failure).slice(0, 500) }))
+      .catch((error: unknown) => this.logger.warn({ err: error, job: name }, 'the end of a background job could not be written; it runs again once it expires'));
     return true;
   }
 }

@@ -68,7 +68,9 @@ export class InstanceOperations {
    * error state with an `instance.error` event (and an `instance_error` alert). Resolves with the final row (null once deleted).
    */
   run(instance: Instance, work: () => Promise<OperationOutcome>): Promise<Instance | null> {
-    const running = this.finish(instance, work).finally(() => this.inFlight.delete(instance.id));
+    const running: Promise<Instance | null> = this.finish(instance, work).finally(() => {
+      if (this.inFlight.get(instance.id) === running) this.inFlight.delete(instance.id); // not a later run's
+    });
     this.inFlight.set(instance.id, running);
     return running;
   }

@@ -6,13 +6,15 @@
 // be, rolled back to what the host really has. At start, machine files no row knows are removed
 // (no orphans), and only then does the finishing work start, in the background: a fork needs its
 // source adopted, and the collection of unused layers must not see the layers it is making.
-import { cameFromUnreachableHost, type HostImage, type Machines } from '../compute/machine-host';
+import { leftStateUnknown, type HostImage, type Machines } from '../compute/machine-host';
 import type { Instance, InstanceStore } from '../store/instances';
 import type { Clock } from './clock';
 import type { InstanceOperations, OperationOutcome } from './instance-operations';
 import { stopInputOf } from './operation-input';
 import type { LiveReplicas } from './replicas';
 
+/** How long a replica must be seen gone before the orphan pass takes its operations over. */
+const OWNER_GONE_GRACE_MS = 30_000;
 /** Longer than any machine operation may take on a worker (its own deadline is 15 minutes). */
 const OPEN_OPERATION_STALE_MS = 30 * 60_000;
 
@@ -47,8 +49,10 @@ type ReconcilerHost = Pick<Machines, 'adopt' | 'destroy' | 'hasSession' | 'remov
 
 export class InstanceReconciler {
   private reconciling: Promise<void> | null = null;
-  private queuedPass: Promise<void> | null = null;
-  private queuedOptions: ReconcileOptions | null = null;
+  /** The passes asked for while one runs, each once (different filters are different passes). */
+  private readonly queued = new Map<string, { options: ReconcileOptions; pass: Promise<void> }>();
+  /** Replicas seen gone by the orphan pass, since when. */
+  private readonly goneSince = new Map<string, number>();
 
   constructor(
     private readonly store: InstanceStore,
@@ -70,16 +74,16 @@ export class InstanceReconciler {
   reconcile(options: ReconcileOptions = { cleanUp: true }): Promise<void> {
     if (this.reconciling) {
       // The pass under way may have gone past rows this call is about (a worker that came back
-      // again meanwhile): one more pass follows it, over what every call that waits for it asked
-      // (two different filters make an unfiltered pass).
-      this.queuedOptions = this.queuedOptions === null ? options : widest(this.queuedOptions, options);
-      this.queuedPass ??= this.reconciling.catch(() => undefined).then(() => {
-        const queued = this.queuedOptions!;
-        this.queuedPass = null;
-        this.queuedOptions = null;
-        return this.reconcile(queued);
+      // again meanwhile): one more pass of these options follows it (asked again meanwhile, the same one).
+      const key = JSON.stringify([options.cleanUp, options.onlyOpen ?? false, options.workerId ?? null, options.orphaned ?? false]);
+      const waiting = this.queued.get(key);
+      if (waiting) return waiting.pass;
+      const pass = this.reconciling.catch(() => undefined).then(() => {
+        this.queued.delete(key);
+        return this.reconcile(options);
       });
-      return this.queuedPass;
+      this.queued.set(key, { options, pass });
+      return pass;
     }
     this.reconciling = this.pass(options).finally(() => {
       this.reconciling = null;
@@ -94,22 +98,25 @@ export class InstanceReconciler {
     const listed = rows.filter((row) => !this.operations.isRunning(row.id) && (!onlyOpen || leftOpen(row)) && (workerId === undefined || row.workerId === workerId));
     const afterCleanUp: (() => void)[] = [];
     let hostsAway = false;
+    const held = (row: Instance) => this.operations.isRunning(row.id) || this.ownClaim(row) || this.anotherReplicaRuns(row, orphaned);
     for (const listedRow of listed) {
       const { id } = listedRow;
-      if (this.operations.isRunning(id) || (await this.anotherReplicaRuns(listedRow))) continue;
-      let unreachable = false;
+      if (await held(listedRow)) continue;
+      let unknown = false;
       const alive = await this.host.adopt(id).catch((error: unknown) => {
-        unreachable = cameFromUnreachableHost(error);
+        // Out of reach, or no answer in time (its worker may be busy with the machine): nothing is
+        // concluded from it; a later pass looks again.
+        unknown = leftStateUnknown(error);
         return false;
       });
-      if (unreachable) {
+      if (unknown) {
         hostsAway = true;
         continue;
       }
       // Read again: while a worker comes back the API serves, and a request may have taken the
       // machine meanwhile; it is then that request's.
       const row = await this.store.findById(id);
-      if (!row || this.operations.isRunning(id) || (await this.anotherReplicaRuns(row))) continue;
+      if (!row || (await held(row))) continue;
       if (row.operation === 'delete' || row.desiredState === 'deleted') {
         await this.takeOver(row, async () => {
           await this.host.destroy(row.id);
@@ -151,9 +158,33 @@ export class InstanceReconciler {
     for (const finish of afterCleanUp) finish();
   }
 
-  /** An operation claimed by another replica that still runs: that replica finishes it. */
-  private async anotherReplicaRuns(row: Instance): Promise<boolean> {
-    return row.operation !== null && row.operationOwner !== null && row.operationOwner !== this.replicas.me && (await this.replicas.isAlive(row.operationOwner));
+  /**
+   * This replica's own claim that no work of it runs: a request between its claim and its work.
+   * Left to it (released claims have no owner).
+   */
+  private ownClaim(row: Instance): boolean {
+    return row.operation !== null && row.operationOwner === this.replicas.me;
+  }
+
+  /**
+   * An operation claimed by another replica that still runs: that replica finishes it. With
+   * `grace` (the periodic pass over orphaned operations), a replica that does not run counts as gone
+   * only once it has not for OWNER_GONE_GRACE_MS: its presence may be lost for a moment (a blip of
+   * its database connection) while its work runs on.
+   */
+  private async anotherReplicaRuns(row: Instance, grace = false): Promise<boolean> {
+    const owner = row.operationOwner;
+    if (row.operation === null || owner === null || owner === this.replicas.me) return false;
+    if (await this.replicas.isAlive(owner)) {
+      this.goneSince.delete(owner);
+      return true;
+    }
+    if (!grace) return false;
+    const now = this.clock.now().getTime();
+    const since = this.goneSince.get(owner) ?? now;
+    this.goneSince.set(owner, since);
+    if (this.goneSince.size > 1000) this.goneSince.delete(this.goneSince.keys().next().value!);
+    return now - since < OWNER_GONE_GRACE_MS;
   }
 
   /**
@@ -172,8 +203,3 @@ export class InstanceReconciler {
   }
 }
 
-/** One pass that covers both: the same filters, or none. */
-function widest(a: ReconcileOptions, b: ReconcileOptions): ReconcileOptions {
-  const same = (a.onlyOpen ?? false) === (b.onlyOpen ?? false) && a.workerId === b.workerId && (a.orphaned ?? false) === (b.orphaned ?? false);
-  return same ? { ...a, cleanUp: a.cleanUp || b.cleanUp } : { cleanUp: a.cleanUp || b.cleanUp };
-}

@@ -14,8 +14,10 @@ export const JOB_RETRY_DELAY_S = 5;
 
 export interface JobQueue {
   /**
-   * Queues a job. With `key`, jobs of one name and key take turns: one runs and one waits, so a
-   * job asked for while another runs is run once after it, and asking again meanwhile adds nothing.
+   * Queues a job. With `key`, at most one job of that name and key waits to be run: asking again
+   * meanwhile adds nothing. (One asked for while another runs is run as well: the work of a job is
+   * derived from the records, so it sees what the first one did. The in-process queue runs them one
+   * after the other; pg-boss may run them in two replicas at once.)
    */
   send(name: JobName, data: Record<string, string | null>, options?: { key?: string }): Promise<void>;
   /** This process runs jobs of `name` once started; a handler that throws is tried again later, JOB_RETRIES times at most. */

@@ -51,10 +51,11 @@ export class WorkerLoss {
    */
   private async markLost(row: Instance, workerName: string): Promise<boolean> {
     const message = `${lostMark(workerName)}: if that host answers again, the machine runs on; otherwise its disk and memory are gone with it, and deleting the machine removes its record`;
-    const lost = async (): Promise<OperationOutcome> => ({
-      update: { status: 'error', errorMessage: message, sessionSaved: false },
-      event: { type: 'instance.error', data: { message } },
-    });
+    // A delete that waited for the host is finished as asked: the files went with the host.
+    const deleting = row.operation === 'delete' || row.desiredState === 'deleted';
+    const lost = async (): Promise<OperationOutcome> => deleting
+      ? { update: {}, event: { type: 'instance.deleted' }, deleted: true }
+      : { update: { status: 'error', errorMessage: message, sessionSaved: false }, event: { type: 'instance.error', data: { message } } };
     if (row.operation) {
       if (!(await this.operations.takeOver(row))) return false;
       await this.operations.run(row, lost);

@@ -66,6 +66,11 @@ export class Workers implements WorkerRegistry {
     return worker.leaseUntil !== null && worker.leaseUntil > this.clock.now();
   }
 
+  /** A worker whose answering run is adopted: placement may give it machines (when it is active and has room). */
+  isPlaceable(worker: Worker): boolean {
+    return worker.placeableUntil !== null && worker.placeableUntil > this.clock.now();
+  }
+
   /** Forgets the pinned certificate (the worker's was renewed): the next contact pins the new one, which the worker's signed hello must name. */
   async repin(name: string): Promise<void> {
     await this.store.unpin((await this.named(name)).id);
@@ -129,6 +134,7 @@ export class Workers implements WorkerRegistry {
     if (contact.certificatePem && !(await this.store.pin(id, contact.certificatePem))) throw new WorkerAdminError('another replica pinned this worker\'s certificate first');
     await this.store.renewLease(id, {
       leaseUntil: new Date(this.clock.now().getTime() + WORKER_LEASE_MS),
+      ...(contact.adopted ? { placeableUntil: new Date(this.clock.now().getTime() + WORKER_LEASE_MS) } : {}),
       vcpu: contact.offer.vcpu,
       memoryMib: contact.offer.memoryMib,
       diskMib: contact.offer.diskMib,

@@ -72,7 +72,8 @@ export class InProcessJobQueue implements JobQueue {
   private attempt(name: JobName, data: JobData, key: string | undefined, attempt: number, done: () => void): void {
     const handler = this.handlers.get(name);
     if (!handler) return done();
-    const run = handler(data)
+    const run = Promise.resolve()
+      .then(() => handler(data)) // a handler that throws at once fails like one that rejects
       .catch((error: unknown) => {
         this.logger.warn({ err: error, job: name, attempt }, 'background job failed');
         if (attempt >= JOB_RETRIES || this.stopped) return;

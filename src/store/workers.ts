@@ -38,8 +38,11 @@ export class WorkerStore {
     return this.db.worker.findUnique({ where: { id } });
   }
 
-  /** The worker answered its heartbeat: its lease runs until `leaseUntil`, and what it offers is what it said. */
-  async renewLease(id: string, data: { leaseUntil: Date; vcpu: number; memoryMib: number; diskMib: number; protocolVersion: number }): Promise<void> {
+  /**
+   * The worker answered its heartbeat: its lease runs until `leaseUntil` (and, while the run that
+   * answers is adopted, placement's until `placeableUntil`), and what it offers is what it said.
+   */
+  async renewLease(id: string, data: { leaseUntil: Date; placeableUntil?: Date; vcpu: number; memoryMib: number; diskMib: number; protocolVersion: number }): Promise<void> {
     await this.db.worker.update({ where: { id }, data: { ...data, lastError: null } });
   }
 
@@ -123,7 +126,7 @@ export class WorkerStore {
    */
   async place(tx: Transaction, shape: Shape, now: Date, among: { only?: string; except?: string } = {}): Promise<string | null> {
     const client = clientFor(tx);
-    const where = { state: 'active', leaseUntil: { gt: now }, ...(among.only ? { id: among.only } : {}), ...(among.except ? { NOT: { id: among.except } } : {}) };
+    const where = { state: 'active', leaseUntil: { gt: now }, placeableUntil: { gt: now }, ...(among.only ? { id: among.only } : {}), ...(among.except ? { NOT: { id: among.except } } : {}) };
     await this.lockPlacement(client);
     const candidates = await client.worker.findMany({ where });
     const loads = await this.loads(candidates.map((worker) => worker.id), tx);

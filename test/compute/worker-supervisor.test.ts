@@ -46,7 +46,7 @@ describe('the local worker under supervision', () => {
   });
 
   function supervise(states: WorkerState[] = []): WorkerSupervisor {
-    const supervisor = new WorkerSupervisor({ dataDir, env, logger: silent, checkEveryMs: 300, restartMinMs: 200, restartMaxMs: 1000, onState: (state) => states.push(state), adopt: (client, epoch) => client.fence(epoch + 1) });
+    const supervisor = new WorkerSupervisor({ dataDir, env, logger: silent, checkEveryMs: 300, restartMinMs: 200, restartMaxMs: 1000, onState: (state) => states.push(state), adopt: (client, epoch) => client.fence(epoch + 1), removeStrays: async () => undefined });
     supervisors.push(supervisor);
     return supervisor;
   }

@@ -27,10 +27,16 @@ describe('operations owned by replicas', () => {
     return insertInstance(t, account, name, 'stopping', { desiredState: 'stopped', operation: 'stop', operationStartedAt: new Date(), operationOwner: owner });
   }
 
+  /** The machines the stand-in host has stopped (one host, whichever replica asks it). */
+  const stoppedOnHost = new Set<string>();
+
   function hostStops(service: TestService): jest.SpyInstance {
-    jest.spyOn(service.services.machineHost, 'adopt').mockResolvedValue(true);
+    jest.spyOn(service.services.machineHost, 'adopt').mockImplementation(async (id) => !stoppedOnHost.has(id));
     jest.spyOn(service.services.machineHost, 'hasSession').mockResolvedValue(false);
-    return jest.spyOn(service.services.machineHost, 'stop').mockResolvedValue({ sessionSaved: false });
+    return jest.spyOn(service.services.machineHost, 'stop').mockImplementation(async (id) => {
+      stoppedOnHost.add(id);
+      return { sessionSaved: false };
+    });
   }
 
   const rowOf = async (id: string) => (await t.services.database.prisma.instance.findUnique({ where: { id } }))!;

@@ -40,7 +40,7 @@ describe('placement on workers', () => {
 
   async function worker(name: string, offer: { vcpu: number; memoryMib: number; diskMib: number }, fields: Record<string, unknown> = {}): Promise<string> {
     const id = randomUUID();
-    await first.prisma.worker.create({ data: { id, name, address: `https://${name}.test:7443`, sealedSecret: 'x', leaseUntil: LIVE(), ...offer, ...fields } });
+    await first.prisma.worker.create({ data: { id, name, address: `https://${name}.test:7443`, sealedSecret: 'x', leaseUntil: LIVE(), placeableUntil: LIVE(), ...offer, ...fields } });
     return id;
   }
 
@@ -59,11 +59,13 @@ describe('placement on workers', () => {
     });
   }
 
-  it('takes the least loaded worker with room, skips draining and silent ones, and answers L13 when none has room', async () => {
+  it('takes the least loaded worker with room, skips draining, silent and not yet adopted ones, and answers L13 when none has room', async () => {
     const big = await worker('big', { vcpu: 8, memoryMib: 4096, diskMib: 100_000 });
     const small = await worker('small', { vcpu: 8, memoryMib: 1024, diskMib: 100_000 });
     await worker('draining', { vcpu: 64, memoryMib: 65_536, diskMib: 1_000_000 }, { state: 'draining' });
     await worker('silent', { vcpu: 64, memoryMib: 65_536, diskMib: 1_000_000 }, { leaseUntil: new Date(Date.now() - 1000) });
+    // Answers, but its run is not adopted yet: it would refuse the create.
+    await worker('adopting', { vcpu: 64, memoryMib: 65_536, diskMib: 1_000_000 }, { placeableUntil: null });
     const placed: string[] = [];
     for (let i = 0; i < 10; i++) {
       try {

@@ -4,7 +4,7 @@
 // once a newer adoption has begun; a control plane adopts a run that is new, of another epoch, or
 // whose adoption failed or stalled.
 import { ADDRESSED_KEEP_MS, WorkerFencing } from '../../src/worker/worker-fencing';
-import { needsAdoption, nextEpoch } from '../../src/compute/worker-adoption';
+import { adoptionNeed, nextEpoch } from '../../src/compute/worker-adoption';
 import { MAX_EPOCH } from '../../src/protocol/worker-signature';
 
 test('epochs only go up, and a command acts only under the current one (never before adoption)', () => {
@@ -46,15 +46,16 @@ test('a removal keeps what a command works on or changed lately, and everything 
   expect(fencing.state.state).toBe('failed');
 });
 
-test('a control plane adopts a run that is new, of another epoch, or whose adoption failed or stalled; epochs run out at the column\'s bound', () => {
+test('a control plane adopts a run that is new or of another epoch, removes strays again when that failed or stalled, and epochs run out at the column\'s bound', () => {
   const hello = (epoch: number, state: 'unadopted' | 'pending' | 'removing' | 'done' | 'failed', seconds = 0) => ({ epoch, adoption: { state, seconds } });
-  expect(needsAdoption(hello(0, 'unadopted'), 0)).toBe(true);
-  expect(needsAdoption(hello(3, 'done'), 3)).toBe(false);
-  expect(needsAdoption(hello(3, 'done'), 4)).toBe(true); // revived from an older state (or declared lost)
-  expect(needsAdoption(hello(3, 'removing', 600), 3)).toBe(false); // a long removal runs on
-  expect(needsAdoption(hello(3, 'pending', 5), 3)).toBe(false); // its adopter is about to remove strays
-  expect(needsAdoption(hello(3, 'pending', 61), 3)).toBe(true); // its adopter went away between the two steps
-  expect(needsAdoption(hello(3, 'failed'), 3)).toBe(true);
+  expect(adoptionNeed(hello(0, 'unadopted'), 0)).toBe('adopt');
+  expect(adoptionNeed(hello(3, 'done'), 3)).toBeNull();
+  expect(adoptionNeed(hello(3, 'done'), 4)).toBe('adopt'); // revived from an older state (or declared lost)
+  expect(adoptionNeed(hello(3, 'removing', 600), 3)).toBeNull(); // a long removal runs on
+  expect(adoptionNeed(hello(3, 'removing', 3600), 3)).toBe('remove-strays'); // stuck
+  expect(adoptionNeed(hello(3, 'pending', 5), 3)).toBeNull(); // its adopter is about to remove strays
+  expect(adoptionNeed(hello(3, 'pending', 61), 3)).toBe('remove-strays'); // its adopter went away between the two steps
+  expect(adoptionNeed(hello(3, 'failed'), 3)).toBe('remove-strays');
   expect(nextEpoch(0, 4)).toBe(5);
   expect(nextEpoch(9, 4)).toBe(10);
   expect(() => nextEpoch(MAX_EPOCH, 1)).toThrow(/exhausted/);

@@ -256,6 +256,8 @@ export interface ReapOptions {
   machinesRoot: string;
   /** Default: the machine's directory no longer exists. */
   isOrphan?: (info: QemuProcessInfo) => boolean;
+  /** A QEMU that would not end (one stuck in the kernel outlives SIGKILL): told, and the others reaped on. */
+  onSurvivor?: (info: QemuProcessInfo, error: Error) => void;
 }
 
 /** Kills our QEMU processes that belong to no machine any more; returns what it killed. */
@@ -265,7 +267,13 @@ export async function reapOrphans(options: ReapOptions): Promise<QemuProcessInfo
   for (const info of listQemuProcesses()) {
     if (!info.pidFile || !isUnder(options.machinesRoot, info.pidFile)) continue;
     if (!isOrphan(info)) continue;
-    await killPidAndWait(info.pid);
+    try {
+      await killPidAndWait(info.pid);
+    } catch (error) {
+      if (!options.onSurvivor) throw error;
+      options.onSurvivor(info, error as Error);
+      continue;
+    }
     reaped.push(info);
   }
   return reaped;

@@ -478,6 +478,7 @@ export const WorkerScalarFieldEnum = {
   maxMemoryMib: 'maxMemoryMib',
   maxDiskMib: 'maxDiskMib',
   leaseUntil: 'leaseUntil',
+  placeableUntil: 'placeableUntil',
   protocolVersion: 'protocolVersion',
   lastError: 'lastError',
   createdAt: 'createdAt',

@@ -66,6 +66,7 @@ export type WorkerMinAggregateOutputType = {
   maxMemoryMib: number | null
   maxDiskMib: number | null
   leaseUntil: Date | null
+  placeableUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
   createdAt: Date | null
@@ -87,6 +88,7 @@ export type WorkerMaxAggregateOutputType = {
   maxMemoryMib: number | null
   maxDiskMib: number | null
   leaseUntil: Date | null
+  placeableUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
   createdAt: Date | null
@@ -108,6 +110,7 @@ export type WorkerCountAggregateOutputType = {
   maxMemoryMib: number
   maxDiskMib: number
   leaseUntil: number
+  placeableUntil: number
   protocolVersion: number
   lastError: number
   createdAt: number
@@ -153,6 +156,7 @@ export type WorkerMinAggregateInputType = {
   maxMemoryMib?: true
   maxDiskMib?: true
   leaseUntil?: true
+  placeableUntil?: true
   protocolVersion?: true
   lastError?: true
   createdAt?: true
@@ -174,6 +178,7 @@ export type WorkerMaxAggregateInputType = {
   maxMemoryMib?: true
   maxDiskMib?: true
   leaseUntil?: true
+  placeableUntil?: true
   protocolVersion?: true
   lastError?: true
   createdAt?: true
@@ -195,6 +200,7 @@ export type WorkerCountAggregateInputType = {
   maxMemoryMib?: true
   maxDiskMib?: true
   leaseUntil?: true
+  placeableUntil?: true
   protocolVersion?: true
   lastError?: true
   createdAt?: true
@@ -303,6 +309,7 @@ export type WorkerGroupByOutputType = {
   maxMemoryMib: number | null
   maxDiskMib: number | null
   leaseUntil: Date | null
+  placeableUntil: Date | null
   protocolVersion: number | null
   lastError: string | null
   createdAt: Date
@@ -347,6 +354,7 @@ export type WorkerWhereInput = {
   maxMemoryMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   maxDiskMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
+  placeableUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableFilter<"Worker"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Worker"> | Date | string
@@ -369,6 +377,7 @@ export type WorkerOrderByWithRelationInput = {
   maxMemoryMib?: Prisma.SortOrderInput | Prisma.SortOrder
   maxDiskMib?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  placeableUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastError?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -394,6 +403,7 @@ export type WorkerWhereUniqueInput = Prisma.AtLeast<{
   maxMemoryMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   maxDiskMib?: Prisma.IntNullableFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
+  placeableUntil?: Prisma.DateTimeNullableFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableFilter<"Worker"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Worker"> | Date | string
@@ -416,6 +426,7 @@ export type WorkerOrderByWithAggregationInput = {
   maxMemoryMib?: Prisma.SortOrderInput | Prisma.SortOrder
   maxDiskMib?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  placeableUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   protocolVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastError?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -445,6 +456,7 @@ export type WorkerScalarWhereWithAggregatesInput = {
   maxMemoryMib?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
   maxDiskMib?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"Worker"> | Date | string | null
+  placeableUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"Worker"> | Date | string | null
   protocolVersion?: Prisma.IntNullableWithAggregatesFilter<"Worker"> | number | null
   lastError?: Prisma.StringNullableWithAggregatesFilter<"Worker"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Worker"> | Date | string
@@ -466,6 +478,7 @@ export type WorkerCreateInput = {
   maxMemoryMib?: number | null
   maxDiskMib?: number | null
   leaseUntil?: Date | string | null
+  placeableUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
   createdAt?: Date | string
@@ -488,6 +501,7 @@ export type WorkerUncheckedCreateInput = {
   maxMemoryMib?: number | null
   maxDiskMib?: number | null
   leaseUntil?: Date | string | null
+  placeableUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
   createdAt?: Date | string
@@ -510,6 +524,7 @@ export type WorkerUpdateInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -532,6 +547,7 @@ export type WorkerUncheckedUpdateInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -554,6 +570,7 @@ export type WorkerCreateManyInput = {
   maxMemoryMib?: number | null
   maxDiskMib?: number | null
   leaseUntil?: Date | string | null
+  placeableUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
   createdAt?: Date | string
@@ -575,6 +592,7 @@ export type WorkerUpdateManyMutationInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -596,6 +614,7 @@ export type WorkerUncheckedUpdateManyInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -622,6 +641,7 @@ export type WorkerCountOrderByAggregateInput = {
   maxMemoryMib?: Prisma.SortOrder
   maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  placeableUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -654,6 +674,7 @@ export type WorkerMaxOrderByAggregateInput = {
   maxMemoryMib?: Prisma.SortOrder
   maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  placeableUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -675,6 +696,7 @@ export type WorkerMinOrderByAggregateInput = {
   maxMemoryMib?: Prisma.SortOrder
   maxDiskMib?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  placeableUntil?: Prisma.SortOrder
   protocolVersion?: Prisma.SortOrder
   lastError?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -723,6 +745,7 @@ export type WorkerCreateWithoutInstancesInput = {
   maxMemoryMib?: number | null
   maxDiskMib?: number | null
   leaseUntil?: Date | string | null
+  placeableUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
   createdAt?: Date | string
@@ -744,6 +767,7 @@ export type WorkerUncheckedCreateWithoutInstancesInput = {
   maxMemoryMib?: number | null
   maxDiskMib?: number | null
   leaseUntil?: Date | string | null
+  placeableUntil?: Date | string | null
   protocolVersion?: number | null
   lastError?: string | null
   createdAt?: Date | string
@@ -781,6 +805,7 @@ export type WorkerUpdateWithoutInstancesInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -802,6 +827,7 @@ export type WorkerUncheckedUpdateWithoutInstancesInput = {
   maxMemoryMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   maxDiskMib?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  placeableUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   protocolVersion?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -854,6 +880,7 @@ export type WorkerSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs =
   maxMemoryMib?: boolean
   maxDiskMib?: boolean
   leaseUntil?: boolean
+  placeableUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
   createdAt?: boolean
@@ -877,6 +904,7 @@ export type WorkerSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extens
   maxMemoryMib?: boolean
   maxDiskMib?: boolean
   leaseUntil?: boolean
+  placeableUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
   createdAt?: boolean
@@ -898,6 +926,7 @@ export type WorkerSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extens
   maxMemoryMib?: boolean
   maxDiskMib?: boolean
   leaseUntil?: boolean
+  placeableUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
   createdAt?: boolean
@@ -919,13 +948,14 @@ export type WorkerSelectScalar = {
   maxMemoryMib?: boolean
   maxDiskMib?: boolean
   leaseUntil?: boolean
+  placeableUntil?: boolean
   protocolVersion?: boolean
   lastError?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type WorkerOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "address" | "sealedSecret" | "certificatePem" | "state" | "epoch" | "vcpu" | "memoryMib" | "diskMib" | "maxVcpu" | "maxMemoryMib" | "maxDiskMib" | "leaseUntil" | "protocolVersion" | "lastError" | "createdAt" | "updatedAt", ExtArgs["result"]["worker"]>
+export type WorkerOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "address" | "sealedSecret" | "certificatePem" | "state" | "epoch" | "vcpu" | "memoryMib" | "diskMib" | "maxVcpu" | "maxMemoryMib" | "maxDiskMib" | "leaseUntil" | "placeableUntil" | "protocolVersion" | "lastError" | "createdAt" | "updatedAt", ExtArgs["result"]["worker"]>
 export type WorkerInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   instances?: boolean | Prisma.Worker$instancesArgs<ExtArgs>
   _count?: boolean | Prisma.WorkerCountOutputTypeDefaultArgs<ExtArgs>
@@ -954,11 +984,12 @@ export type $WorkerPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs
      */
     certificatePem: string | null
     /**
-     * active | draining: a draining worker takes no new machines.
+     * active | draining | lost: a draining or lost worker takes no new machines.
      */
     state: string
     /**
-     * Raised when the worker is joined again: commands carry it, so a revived stale worker refuses them.
+     * The fencing epoch the worker was last adopted with: every command carries it, so a run of the
+     * worker adopted since, or revived from an older state, refuses the others.
      */
     epoch: number
     /**
@@ -978,6 +1009,11 @@ export type $WorkerPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs
      * The worker answered its heartbeat until then (a lease of 30 s renewed every 5 s).
      */
     leaseUntil: Date | null
+    /**
+     * Placement may give it machines until then: renewed like the lease, but only while the run
+     * that answers is adopted (a run not adopted yet refuses every command).
+     */
+    placeableUntil: Date | null
     protocolVersion: number | null
     lastError: string | null
     createdAt: Date
@@ -1420,6 +1456,7 @@ export interface WorkerFieldRefs {
   readonly maxMemoryMib: Prisma.FieldRef<"Worker", 'Int'>
   readonly maxDiskMib: Prisma.FieldRef<"Worker", 'Int'>
   readonly leaseUntil: Prisma.FieldRef<"Worker", 'DateTime'>
+  readonly placeableUntil: Prisma.FieldRef<"Worker", 'DateTime'>
   readonly protocolVersion: Prisma.FieldRef<"Worker", 'Int'>
   readonly lastError: Prisma.FieldRef<"Worker", 'String'>
   readonly createdAt: Prisma.FieldRef<"Worker", 'DateTime'>

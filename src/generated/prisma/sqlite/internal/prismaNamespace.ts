@@ -2637,6 +2637,7 @@ export const WorkerScalarFieldEnum = {
   maxMemoryMib: 'maxMemoryMib',
   maxDiskMib: 'maxDiskMib',
   leaseUntil: 'leaseUntil',
+  placeableUntil: 'placeableUntil',
   protocolVersion: 'protocolVersion',
   lastError: 'lastError',
   createdAt: 'createdAt',

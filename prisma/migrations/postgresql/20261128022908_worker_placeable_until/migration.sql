@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Worker" ADD COLUMN     "placeableUntil" TIMESTAMP(3);
