@@ -16,13 +16,13 @@ const REMOVING_STUCK_S = 15 * 60;
 
 /**
  * What a worker's run needs, by its hello: adopting (never adopted, or under another epoch than
- * `recorded`), its strays removed again under its epoch (the removal failed, never came, or is
- * stuck), or nothing.
+ * `recorded`), its strays removed again under its epoch (the removal failed, kept a stray a command
+ * still worked on, never came, or is stuck), or nothing.
  */
 export function adoptionNeed(hello: Pick<WorkerHello, 'epoch' | 'adoption'>, recorded: number): 'adopt' | 'remove-strays' | null {
   if (hello.epoch === 0 || hello.epoch !== recorded) return 'adopt';
   const { state, seconds } = hello.adoption;
-  if (state === 'failed' || (state === 'pending' && seconds > PENDING_ADOPTION_S) || (state === 'removing' && seconds > REMOVING_STUCK_S)) return 'remove-strays';
+  if (state === 'failed' || state === 'partial' || (state === 'pending' && seconds > PENDING_ADOPTION_S) || (state === 'removing' && seconds > REMOVING_STUCK_S)) return 'remove-strays';
   return null;
 }
 

@@ -918,11 +918,11 @@ export interface components {
         };
         WorkerHello: {
             accelerator: components["schemas"]["Accelerator"];
-            /** @description Where the adoption under `epoch` stands, and for how many seconds it has: `pending` (fenced, its strays not asked to be removed yet), `removing`, `done`, or `failed` (the removal of strays failed). A control plane adopts again when it failed, or stayed pending for long (the adopting control plane went away between the two steps). */
+            /** @description Where the adoption under `epoch` stands, and for how many seconds it has: `pending` (fenced, its strays not asked to be removed yet), `removing`, `done`, `partial` (done but for strays a command admitted earlier was still working on), or `failed` (the removal of strays failed). A control plane asks for the removal again when it was partial or failed, stayed pending for long (the adopting control plane went away between the two steps) or is stuck. */
             adoption: {
                 seconds: number;
                 /** @enum {string} */
-                state: "unadopted" | "pending" | "removing" | "done" | "failed";
+                state: "unadopted" | "pending" | "removing" | "done" | "partial" | "failed";
             };
             /** @description The fencing epoch the worker was last adopted with; 0 until a control plane adopts this run of it. */
             epoch: number;
@@ -1932,4 +1932,4 @@ export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<com
 export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["MachineMoveStart"]["files"]["role"]> = ["disk", "state", "ram"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
 export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed", "stale_epoch"];
-export const workerHelloAdoptionStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerHello"]["adoption"]["state"]> = ["unadopted", "pending", "removing", "done", "failed"];
+export const workerHelloAdoptionStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerHello"]["adoption"]["state"]> = ["unadopted", "pending", "removing", "done", "partial", "failed"];

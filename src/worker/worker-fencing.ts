@@ -10,8 +10,11 @@
 /** How long a machine a command changed is kept from a removal of strays (far longer than a list read takes to reach the worker). */
 export const ADDRESSED_KEEP_MS = 10 * 60_000;
 
-/** Where the adoption of this run stands: fenced, removing its strays, done, or failed (adopt again). */
-export type AdoptionState = 'unadopted' | 'pending' | 'removing' | 'done' | 'failed';
+/**
+ * Where the adoption of this run stands: fenced, removing its strays, done, done but for strays a
+ * command was still working on (`partial`: asked again), or failed (asked again).
+ */
+export type AdoptionState = 'unadopted' | 'pending' | 'removing' | 'done' | 'partial' | 'failed';
 
 export class WorkerFencing {
   private current = 0;
@@ -80,8 +83,18 @@ export class WorkerFencing {
     return at !== undefined && this.now() - at < ADDRESSED_KEEP_MS;
   }
 
+  /**
+   * Whether a removal under `epoch` keeps this machine only because a command still works on it
+   * (one admitted before the fence, say): the removal is then partial, and is asked again.
+   */
+  keptForWorkOnly(machineId: string, epoch: number): boolean {
+    if (epoch !== this.current || !this.busy.has(machineId)) return false;
+    const at = this.addressed.get(machineId);
+    return at === undefined || this.now() - at >= ADDRESSED_KEEP_MS;
+  }
+
   /** A removal of strays under `epoch` starts or ends (only the current epoch's counts). */
-  removal(epoch: number, state: 'removing' | 'done' | 'failed'): void {
+  removal(epoch: number, state: 'removing' | 'done' | 'partial' | 'failed'): void {
     if (epoch === this.current) this.setAdoption(state);
   }
 

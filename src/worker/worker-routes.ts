@@ -141,9 +141,15 @@ const ROUTES: Route[] = [
     // everything once a newer adoption has begun (its own list decides).
     run: async ({ host, fencing, epoch }, _m, body) => {
       fencing.removal(epoch, 'removing');
+      let partial = false;
+      const keeps = (id: string) => {
+        if (!fencing.keeps(id, epoch)) return false;
+        partial ||= fencing.keptForWorkOnly(id, epoch);
+        return true;
+      };
       try {
-        const ids = await host.removeStrays((body as Wire['MachineIds']).ids, (id) => fencing.keeps(id, epoch));
-        fencing.removal(epoch, 'done');
+        const ids = await host.removeStrays((body as Wire['MachineIds']).ids, keeps);
+        fencing.removal(epoch, partial ? 'partial' : 'done');
         return { ids };
       } catch (error) {
         fencing.removal(epoch, 'failed');

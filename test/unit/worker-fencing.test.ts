@@ -26,6 +26,8 @@ test('a removal keeps what a command works on or changed lately, and everything 
   fencing.address('changed');
   const ended = fencing.begin('working');
   expect(['changed', 'working', 'other'].map((id) => fencing.keeps(id, 1))).toEqual([true, true, false]);
+  // Kept only for the command working on it: the removal is partial (asked again); not so for one changed lately.
+  expect([fencing.keptForWorkOnly('working', 1), fencing.keptForWorkOnly('changed', 1), fencing.keptForWorkOnly('working', 0)]).toEqual([true, false, false]);
   ended();
   ended(); // twice is once
   expect(fencing.keeps('working', 1)).toBe(false);
@@ -47,7 +49,7 @@ test('a removal keeps what a command works on or changed lately, and everything 
 });
 
 test('a control plane adopts a run that is new or of another epoch, removes strays again when that failed or stalled, and epochs run out at the column\'s bound', () => {
-  const hello = (epoch: number, state: 'unadopted' | 'pending' | 'removing' | 'done' | 'failed', seconds = 0) => ({ epoch, adoption: { state, seconds } });
+  const hello = (epoch: number, state: 'unadopted' | 'pending' | 'removing' | 'done' | 'partial' | 'failed', seconds = 0) => ({ epoch, adoption: { state, seconds } });
   expect(adoptionNeed(hello(0, 'unadopted'), 0)).toBe('adopt');
   expect(adoptionNeed(hello(3, 'done'), 3)).toBeNull();
   expect(adoptionNeed(hello(3, 'done'), 4)).toBe('adopt'); // revived from an older state (or declared lost)
@@ -56,6 +58,7 @@ test('a control plane adopts a run that is new or of another epoch, removes stra
   expect(adoptionNeed(hello(3, 'pending', 5), 3)).toBeNull(); // its adopter is about to remove strays
   expect(adoptionNeed(hello(3, 'pending', 61), 3)).toBe('remove-strays'); // its adopter went away between the two steps
   expect(adoptionNeed(hello(3, 'failed'), 3)).toBe('remove-strays');
+  expect(adoptionNeed(hello(3, 'partial'), 3)).toBe('remove-strays'); // it kept a stray a command still worked on
   expect(nextEpoch(0, 4)).toBe(5);
   expect(nextEpoch(9, 4)).toBe(10);
   expect(() => nextEpoch(MAX_EPOCH, 1)).toThrow(/exhausted/);
