@@ -202,9 +202,8 @@ export class FleetMachineHost implements ServiceHost {
 
   /** Each worker answering now removes what none of its own machines' rows owns (a machine on its way to it counts as its own). */
   async removeStrays(owned: readonly string[]): Promise<string[]> {
-    const moving = await this.settings.registry.movingMachineIds();
     const removed = await Promise.all(this.up().map(async (member) => {
-      const own = new Set([...(await this.settings.registry.machineIdsOn(member.registered.id)), ...moving]);
+      const own = new Set(await this.roster.ownedOn(member.registered.id));
       return member.host.removeStrays(owned.filter((id) => own.has(id)));
     }));
     return removed.flat();

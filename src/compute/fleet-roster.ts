@@ -192,31 +192,35 @@ export class FleetRoster {
     }
   }
 
-  /** Adopts the worker's run in the background: one adoption per worker at a time, at most one per ADOPT_EVERY_MS. */
+  /** Adopts the worker's run in the background. */
   private adopt(member: Member, worker: RegisteredWorker, client: WorkerClient, hello: WorkerHello): void {
+    this.inBackground(member, worker, 'adopting the worker failed; it is tried again', async () => {
+      member.adopted ||= await this.adoptRun(worker, client, hello.epoch);
+    });
+  }
+
+  /** The adoption's removal of strays failed, stalled or never came: asked again under the worker's epoch. */
+  private removeStraysAgain(member: Member, worker: RegisteredWorker, client: WorkerClient): void {
+    this.inBackground(member, worker, 'the worker\'s strays could not be removed; tried again', async () => {
+      const removed = await removeWorkerStrays(client, () => this.ownedOn(worker.id));
+      this.settings.logger.info({ worker: worker.name, removed }, 'the worker\'s strays removed again');
+    });
+  }
+
+  /** Runs an adoption's work for the worker in the background: one at a time per worker, at most one per ADOPT_EVERY_MS; a failure is logged and tried again later. */
+  private inBackground(member: Member, worker: RegisteredWorker, failure: string, work: () => Promise<void>): void {
     if (member.adopting || Date.now() - member.lastAdoption < ADOPT_EVERY_MS) return;
     member.lastAdoption = Date.now();
-    member.adopting = this.adoptRun(worker, client, hello.epoch)
-      .then((adopted) => {
-        member.adopted ||= adopted;
-      })
-      .catch((error: Error) => this.settings.logger.warn({ worker: worker.name, err: error.message }, 'adopting the worker failed; it is tried again'))
+    member.adopting = work()
+      .catch((error: Error) => this.settings.logger.warn({ worker: worker.name, err: error.message }, failure))
       .finally(() => {
         member.adopting = null;
       });
   }
 
-  /** The adoption's removal of strays failed, stalled or never came: asked again under the worker's epoch (one at a time, at most one per ADOPT_EVERY_MS). */
-  private removeStraysAgain(member: Member, worker: RegisteredWorker, client: WorkerClient): void {
-    if (member.adopting || Date.now() - member.lastAdoption < ADOPT_EVERY_MS) return;
-    member.lastAdoption = Date.now();
-    const registry = this.settings.registry;
-    member.adopting = removeWorkerStrays(client, async () => [...(await registry.machineIdsOn(worker.id)), ...(await registry.movingMachineIds())])
-      .then((removed) => this.settings.logger.info({ worker: worker.name, removed }, 'the worker\'s strays removed again'))
-      .catch((error: Error) => this.settings.logger.warn({ worker: worker.name, err: error.message }, 'the worker\'s strays could not be removed; tried again'))
-      .finally(() => {
-        member.adopting = null;
-      });
+  /** The machines a worker holds by the records: those placed on it, and those on their way between workers (their files may be on it). */
+  async ownedOn(workerId: string): Promise<string[]> {
+    return [...(await this.settings.registry.machineIdsOn(workerId)), ...(await this.settings.registry.movingMachineIds())];
   }
 
   /**
@@ -227,10 +231,9 @@ export class FleetRoster {
   private async adoptRun(worker: RegisteredWorker, client: WorkerClient, helloEpoch: number): Promise<boolean> {
     const epoch = nextEpoch(helloEpoch, worker.epoch);
     if (!(await this.settings.registry.fence(worker.id, worker.epoch, epoch))) return false;
-    const registry = this.settings.registry;
-    const removed = await adoptWorker(client, epoch, async () => [...(await registry.machineIdsOn(worker.id)), ...(await registry.movingMachineIds())]);
+    const removed = await adoptWorker(client, epoch, () => this.ownedOn(worker.id));
     if (worker.lost) {
-      await registry.returned(worker.id);
+      await this.settings.registry.returned(worker.id);
       this.settings.logger.warn({ worker: worker.name }, 'a worker declared lost answers again: it drains now (its machines work again, none is placed on it; worker-activate takes it back)');
     }
     this.settings.logger.info({ worker: worker.name, epoch, removed }, removed.length ? 'worker adopted: machines no record owns were removed' : 'worker adopted');
