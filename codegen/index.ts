@@ -33,7 +33,7 @@ async function main(): Promise<void> {
   const worker = loadSpec('worker-api.yaml');
   const fromWorkerSpec = (text: string) => text.replace(BANNER, BANNER.replace('openapi.yaml', 'worker-api.yaml'));
   write('worker-api.ts', fromWorkerSpec(BANNER + astToString(await openapiTS(worker as any, { alphabetize: true, enumValues: true }))));
-  write('worker-validators.js', fromWorkerSpec(renderValidators(worker, ['WorkerError', 'ExecStreamEnd', 'LayerBuildStart', 'LayerBuildMessage', 'MachineMoveStart', 'MachineMoveEnd', 'MachineMoveOutcome']).bodies));
+  write('worker-validators.js', fromWorkerSpec(renderValidators(worker, ['WorkerError', 'ExecStreamEnd', 'LayerBuildStart', 'LayerBuildMessage', 'MachineMoveStart', 'MachineMoveEnd', 'MachineMoveOutcome', 'ScreenVideoMessage', 'ScreenVideoCommand']).bodies));
   write('worker-validators.d.ts', fromWorkerSpec(VALIDATORS_DTS));
   if (!process.argv.includes('--skip-prisma')) {
     console.log('codegen: prisma/schema.prisma');

@@ -37,7 +37,6 @@ import { DesktopStore } from './store/desktop';
 import type { MachineDisplay } from './compute/machine-display';
 import { DEFAULT_STREAM_SETTINGS } from './media/desktop-streamer';
 import { WebRtcDesktopStreamer } from './media/webrtc-streamer';
-import { EncoderJail } from './compute/jail/encoder-jail';
 import { Commands, OUTPUT_LIMIT_BYTES } from './domain/commands';
 import { CommandStore } from './store/commands';
 import type { Accelerator } from './compute/machine-host';
@@ -282,7 +281,7 @@ export function createServices(config: Config, database: Database, options: Serv
     terminals: new Terminals(instances, machineHost, clock, options.terminals),
     desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
       machineDisplay,
-      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost), encoders: new EncoderJail({ uidBase: config.machineUidBase }), logger }),
+      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
       config.turn, clock),
     alerts,
     webhooks: new Webhooks(transactions, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),

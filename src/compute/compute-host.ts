@@ -5,6 +5,7 @@ import type { Config } from '../config';
 import type { Cidr } from '../net/special-addresses';
 import { QemuMachineDisplay } from './guest-display';
 import { HostJail } from './jail';
+import { EncoderJail } from './jail/encoder-jail';
 import type { Accelerator } from './machine-host';
 import { untilDesktopReady, type MachineDisplay } from './machine-display';
 import { machineHostFolders, QemuMachineHost } from './qemu-machine-host';
@@ -63,6 +64,7 @@ export function createComputeHost(settings: ComputeHostSettings): ComputeHost {
     logger: settings.logger,
     jail,
     onAgentLinkDropped: settings.onAgentLinkDropped,
+    encoders: new EncoderJail({ uidBase: settings.machineUidBase }),
   });
   machineDisplay = settings.machineDisplay ?? new QemuMachineDisplay(machineHost);
   return { jail, machineHost, machineDisplay };

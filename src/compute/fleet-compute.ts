@@ -20,6 +20,7 @@ import type { MoveLimits } from './machine-moves';
 import { relayMachineMove } from './machine-move-relay';
 import type { WorkerMachineHost } from './worker-machine-host';
 import { FleetRoster, type Member, type RosterSettings } from './fleet-roster';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
 
 /** How often each worker is asked whether it answers (its lease lasts several of these). */
 const HEARTBEAT_MS = 5_000;
@@ -234,6 +235,10 @@ export class FleetMachineHost implements ServiceHost {
 
   async openScreen(id: string): Promise<Duplex> {
     return (await this.on(id)).openScreen(id);
+  }
+
+  async openVideo(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
+    return (await this.on(id)).openVideo(id, request, events);
   }
 }
 

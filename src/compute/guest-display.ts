@@ -5,11 +5,12 @@
 // commands (Node in a guest under TCG takes seconds to start; sh, xdotool and xrandr do not).
 import type { Duplex } from 'node:stream';
 import type { GuestAgent } from './guest-agent';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest, ScreenVideos } from '../media/screen-video';
 import { CLIPBOARD_MAX_BYTES, DISPLAY_MAX, DISPLAY_MIN, ScreenSize, type DisplaySize, type DisplayState, type MachineDisplay } from './machine-display';
 import { peerShape, peerText } from '../protocol/peer-input';
 
-/** A machine's screen as a host has it: the image's screen and a fresh RFB stream of it. */
-export interface MachineScreens {
+/** A machine's screen as a host has it: the image's screen, a fresh RFB stream of it, and its video. */
+export interface MachineScreens extends ScreenVideos {
   /** The screen of the machine's image; null when it has none (or the machine is unknown). */
   imageDisplay(id: string): Promise<DisplaySize | null>;
   /** A new connection to QEMU's VNC server of the running machine; rejects when it cannot be reached. */
@@ -109,11 +110,20 @@ export class QemuMachineDisplay implements MachineDisplay {
     }
   }
 
-  async connect(id: string): Promise<Duplex> {
+  connect(id: string): Promise<Duplex> {
+    return this.reach(id, () => this.host.openScreen(id));
+  }
+
+  video(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
+    return this.reach(id, () => this.host.openVideo(id, request, events));
+  }
+
+  /** Opens something of a running machine's screen; why it cannot be had is a DisplayUnavailableError. */
+  private async reach<T>(id: string, open: () => Promise<T>): Promise<T> {
     if (!(await this.host.imageDisplay(id))) throw new DisplayUnavailableError('none', `machine ${id} has no display (its image has no screen)`);
     if (!(await this.host.isRunning(id))) throw new DisplayUnavailableError('stopped', `machine ${id} is not running`);
     try {
-      return await this.host.openScreen(id);
+      return await open();
     } catch (error) {
       throw new DisplayUnavailableError('unreachable', `the display of machine ${id} does not answer: ${error instanceof Error ? error.message : String(error)}`);
     }

@@ -3,6 +3,7 @@
 // server (pixels and input never pass through guest code on the way out) and the guest agent.
 import type { Duplex } from 'node:stream';
 import { Type } from '@sinclair/typebox';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
 
 /**
  * - `none`: the machine's image has no display (e.g. the minimal profile);
@@ -30,6 +31,11 @@ export interface MachineDisplay {
    * Rejects when the machine is not running or has no display.
    */
   connect(id: string): Promise<Duplex>;
+  /**
+   * The machine's screen as encoded video with its input, encoded where the machine runs (one per
+   * viewer). Rejects when the machine is not running, has no display or its screen does not answer.
+   */
+  video(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo>;
   /** Sets the size of the guest's screen, clamped to DISPLAY_MIN..DISPLAY_MAX; resolves with the size set. */
   resize(id: string, size: DisplaySize): Promise<DisplaySize>;
   /** The text on the guest desktop's clipboard (at most CLIPBOARD_MAX_BYTES; empty when there is none). */

@@ -12,6 +12,8 @@ import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { freemem } from 'node:os';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { encodeScreen, type ScreenEncodingSettings } from '../media/screen-encoding';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
 import { dirname, isAbsolute, join, relative, sep } from 'node:path';
 import type { AgentClient } from './agent-client';
 import { AgentRegistry } from './agent-registry';
@@ -71,6 +73,8 @@ export interface QemuHostOptions {
   jail: MachineJail;
   /** A machine's agent link was dropped because the guest misbehaved (the service counts these). */
   onAgentLinkDropped?: (id: string, reason: string) => void;
+  /** Where the video encoders of desktop streams run (per account); unset: as this process, niced. */
+  encoders?: ScreenEncodingSettings['encoders'];
 }
 
 /** Where a host keeps its machines' folders and disk layers. */
@@ -546,6 +550,11 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     const display = dirname(imageDisk) === this.layers.dir ? null : readImageManifest(dirname(imageDisk))?.display ?? null;
     this.displays.set(id, display);
     return display;
+  }
+
+  /** The machine's screen as video, encoded on this host (screen-encoding.ts). */
+  async openVideo(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
+    return encodeScreen(await this.openScreen(id), request, events, { encoders: this.options.encoders, logger: this.options.logger });
   }
 
   /** A new connection to QEMU's VNC server of the machine (its display socket). */

@@ -9,11 +9,15 @@ import type { MachineScreens } from './guest-display';
 import type { DisplaySize } from './machine-display';
 import type { WorkerCalls } from './worker-client';
 import { fromWire, machinePath, wire } from './worker-wire';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
+import { followScreenVideo, screenVideoPath } from './remote-screen-video';
 
 type Wire = components['schemas'];
 
 /** A machine operation may take this long under TCG (a cold boot of a desktop image, a large copy). */
 const MACHINE_OPERATION_MS = 15 * 60_000;
+/** The screen's RFB handshake happens before the 101; a loaded TCG guest's VNC server can be slow to answer. */
+const SCREEN_VIDEO_OPEN_MS = 30_000;
 
 export class RemoteMachines implements Machines, MachineScreens {
   constructor(private readonly worker: WorkerCalls) {}
@@ -95,6 +99,11 @@ export class RemoteMachines implements Machines, MachineScreens {
 
   async imageDisplay(id: string): Promise<DisplaySize | null> {
     return ((await this.worker.call('GET', machinePath(id, 'screen'), 'GetMachineScreen')) as Wire['MachineScreen']).display;
+  }
+
+  openVideo(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
+    // Opening includes the screen's handshake on the worker: a machine whose screen does not answer is refused with the reason.
+    return this.worker.upgrade(screenVideoPath(id, request), 'OpenScreenVideo', (ws) => followScreenVideo(ws, events), SCREEN_VIDEO_OPEN_MS);
   }
 
   async openScreen(id: string): Promise<Duplex> {

@@ -14,6 +14,7 @@ import type {
 import { RemoteGuestAgents } from './remote-guest-agents';
 import { RemoteMachines } from './remote-machines';
 import type { WorkerCalls } from './worker-client';
+import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
 
 /** The worker's images as the control plane keeps them: read synchronously, refreshed from the worker. */
 export interface WorkerImages extends HostImages {
@@ -164,5 +165,9 @@ export class WorkerMachineHost implements MachineHost, DisplayHost {
 
   openScreen(id: string): Promise<Duplex> {
     return this.machines.openScreen(id);
+  }
+
+  openVideo(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
+    return this.machines.openVideo(id, request, events);
   }
 }

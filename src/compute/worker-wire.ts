@@ -15,7 +15,7 @@ type Wire = components['schemas'];
 export const WORKER_PROTOCOL_VERSION = 2;
 
 /** The messages the protocol's streams carry as JSON text. */
-type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart' | 'MachineMoveStart' | 'MachineMoveEnd' | 'MachineMoveOutcome';
+type StreamMessage = 'ExecStreamEnd' | 'LayerBuildMessage' | 'LayerBuildStart' | 'MachineMoveStart' | 'MachineMoveEnd' | 'MachineMoveOutcome' | 'ScreenVideoMessage' | 'ScreenVideoCommand';
 
 /** A JSON message of a worker stream, parsed into its schema in worker-api.yaml (the peer-input rule); never throws. */
 export function parseStreamMessage<K extends StreamMessage>(schema: K, bytes: Buffer): Parsed<Wire[K]> {

@@ -165,19 +165,13 @@ export class Desktops {
     try {
       const session = await this.session(accountId, sessionId);
       const instanceId = await this.streamableInstance(session.instanceId);
-      let screen: Duplex;
-      try {
-        screen = await this.display.connect(instanceId);
-      } catch (error) {
-        throw new KisteError('D03', { message: `The machine's screen cannot be reached yet (${error instanceof Error ? error.message : String(error)})` });
-      }
       let untrack = () => {};
       try {
         const stream = await this.streamer.open({
-          accountId,
           offerSdp,
           iceServers: this.iceServers(session),
-          screen,
+          // Encoded where the machine runs, in the account's share of that host's encoders.
+          openVideo: (quality, events) => this.display.video(instanceId, { accountId, ...quality }, events),
           resize: (size) => this.display.resize(instanceId, size),
           clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
           onEnded: () => untrack(),
@@ -186,9 +180,8 @@ export class Desktops {
         tracked = true;
         return stream.answerSdp;
       } catch (error) {
-        screen.destroy();
         if (error instanceof OfferRejectedError) throw new KisteError('P01', { message: error.message, param: 'sdp' });
-        // The screen's RFB handshake or the encoder failed: the machine may be stopping or its display restarting.
+        // The screen's handshake or the encoder failed: the machine may be stopping or its display restarting.
         throw new KisteError('D03', { message: `The desktop cannot stream now (${error instanceof Error ? error.message : String(error)})` });
       }
     } finally {

@@ -591,6 +591,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/machines/{id}/screen/video": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The machine's screen as encoded video with its input, as a WebSocket (upgrade)
+         * @description A signed WebSocket upgrade as for `AttachExec`. The worker reads the machine's screen from
+         *     QEMU's VNC server itself, encodes what changed as VP8 (at most `fps` frames a second,
+         *     `kbps` kbit/s; the encoder runs in the account's share of the encoders' CPU on this host)
+         *     and sends each RTP packet as one binary message (12 to 1500 bytes, RTP version 2, payload
+         *     type 96; sequence numbers and timestamps run on across the encoder's restarts). Text
+         *     messages from the worker are `ScreenVideoMessage`s (the encoder's frame size, why the
+         *     video ended); text messages from the control plane are `ScreenVideoCommand`s (start the
+         *     frames once the viewer is connected, a keyframe, the viewer's pointer and keys). Nothing
+         *     is encoded before `start`; a message that does not fit ends the stream. The screen's
+         *     handshake is done before the 101: a machine that is not running, has no display socket or
+         *     whose screen does not answer gets 500 with the reason.
+         */
+        get: operations["OpenScreenVideo"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/machines/{id}/session": {
         parameters: {
             query?: never;
@@ -874,6 +904,33 @@ export interface components {
         };
         MetricsRequest: {
             sample_ms?: number;
+        };
+        /** @description A text message of an `OpenScreenVideo` stream, from the control plane. */
+        ScreenVideoCommand: {
+            /** @enum {unknown} */
+            type: "start" | "keyframe";
+        } | {
+            buttons: number;
+            /** @constant */
+            type: "pointer";
+            x: number;
+            y: number;
+        } | {
+            down: boolean;
+            scancode: number;
+            /** @constant */
+            type: "key";
+        };
+        /** @description A text message of an `OpenScreenVideo` stream, from the worker. */
+        ScreenVideoMessage: {
+            height: number;
+            /** @constant */
+            type: "size";
+            width: number;
+        } | {
+            reason: string;
+            /** @constant */
+            type: "ended";
         };
         StartedMachine: {
             host_keys: {
@@ -1833,6 +1890,36 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    OpenScreenVideo: {
+        parameters: {
+            query: {
+                /** @description The account the stream is for (its encoder's share of CPU). */
+                account: string;
+                fps: number;
+                kbps: number;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching protocols. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
+            500: components["responses"]["Failed"];
+        };
+    };
     DiscardSession: {
         parameters: {
             query?: never;
@@ -1930,6 +2017,9 @@ export const agentErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<component
 export const imageProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageProfile"]> = ["minimal", "desktop", "desktop-lite"];
 export const imageStateBuildStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageState"]["build"]["state"]> = ["building", "ready", "failed"];
 export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["MachineMoveStart"]["files"]["role"]> = ["disk", "state", "ram"];
+export const screenVideoCommandOneOf0TypeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["schemas"]["ScreenVideoCommand"], {
+    type: unknown;
+}>["type"]> = ["start", "keyframe"];
 export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
 export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed", "stale_epoch"];
 export const workerHelloAdoptionStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerHello"]["adoption"]["state"]> = ["unadopted", "pending", "removing", "done", "partial", "failed"];

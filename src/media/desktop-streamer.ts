@@ -1,9 +1,7 @@
 // What the desktop domain needs to stream a machine's screen to a viewer, whatever carries it.
-import type { Duplex } from 'node:stream';
-import type { EncoderPlacement } from '../compute/jail/encoder-jail';
-import type { RfbLogger } from '../compute/rfb-client';
 import type { DisplaySize } from '../compute/machine-display';
 import type { IceServer } from '../domain/ice-servers';
+import type { ScreenVideo, ScreenVideoEvents } from './screen-video';
 
 export interface DesktopStreamSettings {
   /** Most frames a second sent while the screen changes. */
@@ -12,21 +10,15 @@ export interface DesktopStreamSettings {
   kbps: number;
   /** The address host candidates are gathered on (the service's listen address); null: every interface. */
   hostAddress: string | null;
-  /** Where an account's encoders run (their cgroup and user); unset: as the service, niced. */
-  encoders?: { placement(accountId: string): EncoderPlacement };
-  /** Where a screen's RFB messages that do not fit their shape are reported (QEMU is not trusted). */
-  logger?: RfbLogger;
 }
 
 export const DEFAULT_STREAM_SETTINGS: DesktopStreamSettings = { fps: 15, kbps: 2000, hostAddress: null };
 
 export interface StreamRequest {
-  /** The account it streams for: its encoder runs in the account's share of the encoders' CPU. */
-  accountId: string;
   offerSdp: string;
   iceServers: IceServer[];
-  /** The machine's screen (RFB). */
-  screen: Duplex;
+  /** The machine's screen as video, encoded where the machine runs (rejects when it cannot be reached). */
+  openVideo(quality: { fps: number; kbps: number }, events: ScreenVideoEvents): Promise<ScreenVideo>;
   /** Sets the guest's screen size (the viewer's window). */
   resize(size: DisplaySize): Promise<DisplaySize>;
   /** The guest desktop's clipboard. */

@@ -13,6 +13,7 @@ import type { WorkerOffer } from './worker-config';
 import type { MachineReceiver } from './machine-move-streams';
 import type { MoveLimits, OutgoingMachine } from '../compute/machine-moves';
 import type { WorkerFencing } from './worker-fencing';
+import { SCREEN_VIDEO_LIMITS, type ScreenVideoRequest } from '../media/screen-video';
 
 type Wire = components['schemas'];
 export type Answer = { status: number; body: unknown };
@@ -300,8 +301,8 @@ export function failureOf(error: unknown): Answer {
   return failure(500, 'failed', error instanceof Error ? error.message : String(error));
 }
 
-/** An upgrade's route (AttachExec, OpenTcp, OpenScreen, BuildLayer): what it names, or the answer that refuses it. */
-export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'layer' } | { kind: 'export'; machine: string } | { kind: 'import'; machine: string; limits: MoveLimits };
+/** An upgrade's route (AttachExec, OpenTcp, OpenScreen, OpenScreenVideo, BuildLayer, ExportMachine, ImportMachine): what it names, or the answer that refuses it. */
+export type UpgradeTarget = { kind: 'exec'; exec: string } | { kind: 'tcp'; machine: string; port: number } | { kind: 'screen'; machine: string } | { kind: 'video'; machine: string; request: ScreenVideoRequest } | { kind: 'layer' } | { kind: 'export'; machine: string } | { kind: 'import'; machine: string; limits: MoveLimits };
 
 export function upgradeTarget(target: string): UpgradeTarget | Answer {
   const url = new URL(target, 'http://worker');
@@ -312,6 +313,12 @@ export function upgradeTarget(target: string): UpgradeTarget | Answer {
   if (tcp && Number(tcp[2]) <= 65535) return { kind: 'tcp', machine: tcp[1]!, port: Number(tcp[2]) };
   const screen = new RegExp(`^/w1/machines/${ID}/screen/rfb$`).exec(target);
   if (screen) return { kind: 'screen', machine: screen[1]! };
+  const video = new RegExp(`^/w1/machines/${ID}/screen/video\\?account=([A-Za-z0-9_-]{1,64})&fps=([1-9][0-9]?)&kbps=([1-9][0-9]{2,4})$`).exec(target);
+  if (video) {
+    const request = { accountId: video[2]!, fps: Number(video[3]), kbps: Number(video[4]) };
+    const { fps, kbps } = SCREEN_VIDEO_LIMITS;
+    if (request.fps >= fps.min && request.fps <= fps.max && request.kbps >= kbps.min && request.kbps <= kbps.max) return { kind: 'video', machine: video[1]!, request };
+  }
   const exported = new RegExp(`^/w1/machines/${ID}/export$`).exec(target);
   if (exported) return { kind: 'export', machine: exported[1]! };
   const imported = new RegExp(`^/w1/machines/${ID}/import\\?disk_mib=([1-9][0-9]{0,9})&memory_mib=([1-9][0-9]{0,9})$`).exec(target);

@@ -18,6 +18,7 @@ import type { WorkerOffer } from './worker-config';
 import { receiveMachine, sendMachine } from './machine-move-streams';
 import type { OutgoingMachine } from '../compute/machine-moves';
 import type { WorkerCertificate } from './worker-tls';
+import { openScreenVideo, type OpenedScreenVideo } from './screen-video-streams';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -178,6 +179,14 @@ export class WorkerServer {
         receiveMachine(ws, machine, limits, this.settings.host);
       };
       abandon = ended;
+    } else if (target.kind === 'video') {
+      let video: OpenedScreenVideo;
+      try {
+        video = await openScreenVideo(this.settings.host, target.machine, target.request);
+      } catch (error) {
+        return this.answer(res, checked.nonce, failureOf(error));
+      }
+      ({ open, abandon } = video);
     } else if (target.kind === 'screen') {
       let screen: Duplex;
       try {

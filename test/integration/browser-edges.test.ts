@@ -54,6 +54,9 @@ describe('WebSocket origins', () => {
   const display: MachineDisplay = {
     state: async () => 'ready',
     connect: async () => new PassThrough(),
+    video: async () => {
+      throw new Error('no screen in this test');
+    },
     resize: async (_id, size) => size,
     readClipboard: async () => '',
     writeClipboard: async () => undefined,

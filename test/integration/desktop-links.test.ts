@@ -17,6 +17,9 @@ describe('desktop links and sessions', () => {
     connect: async () => {
       throw new Error('no screen in this test');
     },
+    video: async () => {
+      throw new Error('no screen in this test');
+    },
     resize: async (_id, size) => size,
     readClipboard: async () => '',
     writeClipboard: async () => undefined,
@@ -187,14 +190,16 @@ describe('desktop links and sessions', () => {
       server.close();
     }
 
-    // Offers: not an SDP offer with video → 400 P01 (nothing connected); the screen out of reach → 503 D03;
-    // another account's session → 404 D02.
+    // Offers: not an SDP offer with video, or one whose video has no codec to agree on → 400 P01
+    // (nothing connected); the screen out of reach → 503 D03; another account's session → 404 D02.
     const offerPath = `/v1/desktop/native/${id}/offer`;
-    for (const sdp of ['hello', 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n']) {
+    for (const sdp of ['hello', 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n', 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n']) {
       const refused = await t.api.post(offerPath).set(headers).send({ sdp }).expect(400);
       expect(refused.body.error).toMatchObject({ code: 'P01', param: 'sdp' });
     }
-    const videoOffer = 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n';
+    const fingerprint = Array.from({ length: 32 }, () => 'AB').join(':');
+    const videoOffer = ['v=0', 'o=- 1 1 IN IP4 0.0.0.0', 's=-', 't=0 0', 'a=group:BUNDLE 0', 'm=video 9 UDP/TLS/RTP/SAVPF 96', 'c=IN IP4 0.0.0.0', 'a=mid:0', 'a=recvonly',
+      'a=rtcp-mux', 'a=ice-ufrag:abcd', 'a=ice-pwd:abcdefghijklmnopqrstuvwx', `a=fingerprint:sha-256 ${fingerprint}`, 'a=setup:actpass', 'a=rtpmap:96 VP8/90000', ''].join('\r\n');
     const unreachable = await t.api.post(offerPath).set(headers).send({ sdp: videoOffer }).expect(503);
     expect(unreachable.body.error.code).toBe('D03');
     const strangerOffer = await t.api.post(offerPath).set(await browser(await createAccount(t))).send({ sdp: videoOffer }).expect(404);

@@ -1,13 +1,13 @@
 // The desktop stream cap (409 D07) under concurrency: every offer holds its slot from before its
 // first await until its stream ends, so offers that arrive together cannot all pass the check.
-// Strict fakes for the store, the screen and the streamer; each answers a little later, as a
+// Strict fakes for the store, the screen's video and the streamer; each answers a little later, as a
 // database and a WebRTC peer do.
-import { PassThrough } from 'node:stream';
 import type { MachineDisplay } from '../../src/compute/machine-display';
 import { Desktops, VIDEO_STREAMS_PER_ACCOUNT } from '../../src/domain/desktops';
 import type { Instances } from '../../src/domain/instances';
 import { KisteError } from '../../src/errors';
 import type { DesktopStreamer, StreamRequest } from '../../src/media/desktop-streamer';
+import type { ScreenVideo } from '../../src/media/screen-video';
 import type { DesktopSession, DesktopStore } from '../../src/store/desktop';
 import type { InstanceStore } from '../../src/store/instances';
 import { strictFake } from '../support/strict-fake';
@@ -31,9 +31,10 @@ function setup(options: { screenFails?: boolean } = {}) {
   });
   const display = strictFake<MachineDisplay>('MachineDisplay', {
     state: () => later('ready' as const),
-    connect: async () => {
+    video: async (_id, request) => {
       if (options.screenFails) throw new Error('no screen');
-      return later(new PassThrough());
+      expect(request).toMatchObject({ accountId: expect.stringMatching(/^acct-/), fps: 15, kbps: 2000 });
+      return later<ScreenVideo>({ start: () => undefined, keyframe: () => undefined, input: () => undefined, close: () => undefined });
     },
   });
   const open: StreamRequest[] = [];
@@ -41,6 +42,7 @@ function setup(options: { screenFails?: boolean } = {}) {
   const streamer = strictFake<DesktopStreamer>('DesktopStreamer', {
     open: async (request) => {
       await later(null);
+      await request.openVideo({ fps: 15, kbps: 2000 }, { onRtp: () => undefined, onSize: () => undefined, onEnded: () => undefined });
       open.push(request);
       return { answerSdp: 'v=0\r\n', close: (reason) => closed.push(reason) };
     },
