@@ -445,6 +445,22 @@ async function main(): Promise<void> {
     log('raw: saveMemory (pause, device state to a file, QEMU quits)');
     await rawSave();
 
+    // --- through the worker (the process split): a second service whose machines run in a supervised
+    // kiste-worker, as `npm start` runs them. Its cold create boots alone, as the in-process one below
+    // does (the raw machine saved, nothing else running, no boot snapshot's template booting beside
+    // it); its machine is then stopped with its session until the split's exec rows resume it.
+    log('split: a second service whose machines run in a supervised kiste-worker');
+    const split = await startWorkerService(join(workDir, 'split'), accelerator);
+    stopSplit = split.stop;
+    const splitHttp = new HttpClient(split.base, split.token);
+    splitClient = splitHttp;
+    log(`split: POST /v1/instances (${DISK_MIB} MiB disk) until 200, through the worker (cold: boot snapshots off)`);
+    const splitCreated = await splitHttp.expect(200, 'POST', '/v1/instances', { ...shape, name: 'bench-split', disk_mib: DISK_MIB });
+    const splitFrom = (await runningEvent(splitHttp, splitCreated.body.id as string))?.data as { started_from?: string } | undefined;
+    if (splitFrom?.started_from !== 'boot') throw new Error(`the create through the worker did not boot cold: ${JSON.stringify(splitFrom)}`);
+    log(`split: create answered 200 after ${fmtS(splitCreated.ms)} (raw boot ${fmtS(rawBootMs)})`);
+    await lifecycle(splitHttp, 'POST', '/v1/instances/bench-split/stop', { snapshot: true }, 'stopped');
+
     // The create-to-ready rows are cold creates: an earlier run's boot snapshot of this configuration
     // is dropped first (as the service drops one that fails to restore), and the one this create
     // starts in the background is awaited before anything else is measured beside it.
@@ -503,23 +519,8 @@ async function main(): Promise<void> {
     const guestOnlyMBps = (STREAM_MIB * MIB) / 1e6 / (guestOnly.ms / 1000);
     log(`exec stream: in the guest alone (output to /dev/null) ${guestOnlyMBps.toFixed(1)} MB/s`);
 
-    // --- through the worker (the process split): create and exec with the machines in a supervised
-    // kiste-worker, as `npm start` runs them, beside the in-process service and raw QEMU -----------
-    log('split: a second service whose machines run in a supervised kiste-worker');
-    const split = await startWorkerService(join(workDir, 'split'), accelerator);
-    stopSplit = split.stop;
-    const splitHttp = new HttpClient(split.base, split.token);
-    splitClient = splitHttp;
-    // Its create boots alone, as the in-process one did: the raw machine saved, bench-a stopped with its session.
-    await rawSave();
-    await lifecycle(http, 'POST', '/v1/instances/bench-a/stop', { snapshot: true }, 'stopped');
-    log(`split: POST /v1/instances (${DISK_MIB} MiB disk) until 200, through the worker (cold: boot snapshots off)`);
-    const splitCreated = await splitHttp.expect(200, 'POST', '/v1/instances', { ...shape, name: 'bench-split', disk_mib: DISK_MIB });
-    const splitFrom = (await runningEvent(splitHttp, splitCreated.body.id as string))?.data as { started_from?: string } | undefined;
-    if (splitFrom?.started_from !== 'boot') throw new Error(`the create through the worker did not boot cold: ${JSON.stringify(splitFrom)}`);
-    log(`split: create answered 200 after ${fmtS(splitCreated.ms)} (in-process ${fmtS(created.ms)}, raw boot ${fmtS(rawBootMs)})`);
-    await rawRestore();
-    await lifecycle(http, 'POST', '/v1/instances/bench-a/resume', undefined, 'running');
+    // --- through the worker: exec beside the in-process service and raw QEMU ----------------------
+    await lifecycle(splitHttp, 'POST', '/v1/instances/bench-split/resume', undefined, 'running');
     const splitExecPath = '/v1/instances/bench-split/exec';
     log(`split: exec \`true\`: ${EXEC_RUNS} runs each, raw, in-process and through the worker alternating in batches of ${EXEC_BATCH}`);
     const splitRawExecMs: number[] = [];
@@ -722,7 +723,7 @@ async function main(): Promise<void> {
     lines.push(`- fork disk: medians of ${FORK_REPEATS} (ms, ${DISK_MIB} MiB: ${list(forkDiskMs[DISK_MIB]!)}; ${BIG_DISK_MIB} MiB: ${list(forkDiskMs[BIG_DISK_MIB]!)}); raw overlay (ms, ${list(rawOverlayMs[DISK_MIB]!)}; ${list(rawOverlayMs[BIG_DISK_MIB]!)}). Independent of the disk size: ${yes(sizeIndependent)}. These rows are the fork target.`);
     lines.push(`- fork, whole POST: the source keeps running while the copy boots; raw = raw boot + overlay. Not the fork target.`);
     lines.push(`- exec true: ${EXEC_RUNS} runs each after ${EXEC_WARMUP} warm-up; kiste min/max ${fmtMs(Math.min(...execMs))} / ${fmtMs(Math.max(...execMs))}, raw min/max ${fmtMs(Math.min(...rawExecMs))} / ${fmtMs(Math.max(...rawExecMs))}.`);
-    lines.push(`- through the worker: a second service on SQLite whose machines run in a supervised kiste-worker (npm start's default), boot snapshots off; its create booted alone (the raw machine saved, bench-a stopped with its session); exec alternated raw (p50 ${fmtMs(percentile(splitRawExecMs, 0.5))}), in-process and through the worker in batches of ${EXEC_BATCH}; one ${STREAM_MIB} MiB stream each.`);
+    lines.push(`- through the worker: a second service on SQLite whose machines run in a supervised kiste-worker (npm start's default), boot snapshots off; its create booted alone, just before the in-process one and in the same state (the raw machine saved, no other machine running, no boot snapshot's template booting), and its machine was stopped with its session until the exec rows; exec alternated raw (p50 ${fmtMs(percentile(splitRawExecMs, 0.5))}), in-process and through the worker in batches of ${EXEC_BATCH}; one ${STREAM_MIB} MiB stream each.`);
     lines.push(`- exec stdout: median of ${STREAM_RUNS} (MB/s, kiste ${list(streamMBps, 1)}; raw ${list(rawMBps, 1)}); kiste's stream had ${streamLines} NDJSON lines. The same command writing to /dev/null in the guest (no transport): ${guestOnlyMBps.toFixed(1)} MB/s.`);
     process.stdout.write(lines.join('\n') + '\n');
   } catch (error) {

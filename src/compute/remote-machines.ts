@@ -103,7 +103,7 @@ export class RemoteMachines implements Machines, MachineScreens {
 
   openVideo(id: string, request: ScreenVideoRequest, events: ScreenVideoEvents): Promise<ScreenVideo> {
     // Opening includes the screen's handshake on the worker: a machine whose screen does not answer is refused with the reason.
-    return this.worker.upgrade(screenVideoPath(id, request), 'OpenScreenVideo', (ws) => followScreenVideo(ws, events), SCREEN_VIDEO_OPEN_MS);
+    return this.worker.upgrade(screenVideoPath(id, request), 'OpenScreenVideo', (ws) => followScreenVideo(ws, request, events), SCREEN_VIDEO_OPEN_MS);
   }
 
   async openScreen(id: string): Promise<Duplex> {

@@ -23,13 +23,22 @@ export function screenVideoPath(id: string, request: ScreenVideoRequest): string
   return `${machinePath(id, 'screen/video')}?account=${request.accountId}&fps=${whole(request.fps, SCREEN_VIDEO_LIMITS.fps)}&kbps=${whole(request.kbps, SCREEN_VIDEO_LIMITS.kbps)}`;
 }
 
-/** Whether a worker's binary message is an RTP packet a screen video may carry. */
+/**
+ * Whether a worker's binary message is an RTP packet a screen video may carry: exactly the fixed
+ * header the encoder writes (version 2; no padding, extension or CSRC list, whose lengths the
+ * packet would name itself) with VP8's payload type, and a payload.
+ */
 export function isScreenRtp(packet: Buffer): boolean {
-  return packet.length >= 12 && packet.length <= MAX_RTP_PACKET_BYTES && packet[0]! >> 6 === RTP_VERSION && (packet[1]! & 0x7f) === VP8_PAYLOAD_TYPE;
+  return packet.length > 12 && packet.length <= MAX_RTP_PACKET_BYTES && packet[0] === RTP_VERSION << 6 && (packet[1]! & 0x7f) === VP8_PAYLOAD_TYPE;
 }
 
+/** The bytes a worker may send a video: its bit rate four times over (keyframes come in bursts), after a burst of this many. */
+const VIDEO_BURST_BYTES = 2 * 1024 * 1024;
+/** Text messages of a screen video are short (a size, a reason); larger ones are not parsed. */
+const MAX_TEXT_MESSAGE_BYTES = 4096;
+
 /** The video over an open OpenScreenVideo stream; `events.onEnded` says once why it ended unless it was closed here. */
-export function followScreenVideo(ws: WebSocket, events: ScreenVideoEvents): ScreenVideo {
+export function followScreenVideo(ws: WebSocket, request: Pick<ScreenVideoRequest, 'kbps'>, events: ScreenVideoEvents): ScreenVideo {
   let ended = false;
   const end = (reason: string) => {
     if (ended) return;
@@ -37,13 +46,21 @@ export function followScreenVideo(ws: WebSocket, events: ScreenVideoEvents): Scr
     ws.terminate();
     events.onEnded(reason);
   };
+  const budget = new ByteBudget(request.kbps * 125 * 4, VIDEO_BURST_BYTES);
   ws.on('message', (data: RawData, isBinary: boolean) => {
     if (ended) return;
     const bytes = bufferOf(data);
+    if (!budget.take(bytes.length)) return end('the worker sent more video than its bit rate allows');
     if (isBinary) {
       if (!isScreenRtp(bytes)) return end('the worker sent a video packet that is not one');
-      return events.onRtp(bytes);
+      try {
+        return events.onRtp(bytes);
+      } catch (error) {
+        // The viewer's peer could not take it: this video ends, nothing else.
+        return end(`a video packet could not be passed on: ${error instanceof Error ? error.message : String(error)}`);
+      }
     }
+    if (bytes.length > MAX_TEXT_MESSAGE_BYTES) return end(`the worker sent a message of more than ${MAX_TEXT_MESSAGE_BYTES} bytes`);
     const message = parseStreamMessage('ScreenVideoMessage', bytes);
     if (!message.ok) return end(`the worker sent a message that ${message.reason}`);
     const fitting = message.value;
@@ -66,4 +83,26 @@ export function followScreenVideo(ws: WebSocket, events: ScreenVideoEvents): Scr
       ws.close(1000);
     },
   };
+}
+
+/** A token bucket of bytes: `perSecond` refilled continuously, at most `burst` held. */
+class ByteBudget {
+  private tokens: number;
+  private at = Date.now();
+
+  constructor(
+    private readonly perSecond: number,
+    private readonly burst: number,
+  ) {
+    this.tokens = burst;
+  }
+
+  take(bytes: number): boolean {
+    const now = Date.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) / 1000) * this.perSecond);
+    this.at = now;
+    if (bytes > this.tokens) return false;
+    this.tokens -= bytes;
+    return true;
+  }
 }

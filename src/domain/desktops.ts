@@ -165,7 +165,11 @@ export class Desktops {
     try {
       const session = await this.session(accountId, sessionId);
       const instanceId = await this.streamableInstance(session.instanceId);
-      let untrack = () => {};
+      // A stream that ends before it is tracked must not be tracked (its slot would stay taken).
+      let endedEarly = false;
+      let untrack: () => void = () => {
+        endedEarly = true;
+      };
       try {
         const stream = await this.streamer.open({
           offerSdp,
@@ -176,6 +180,7 @@ export class Desktops {
           clipboard: { read: () => this.display.readClipboard(instanceId), write: (text) => this.display.writeClipboard(instanceId, text) },
           onEnded: () => untrack(),
         });
+        if (endedEarly) throw new Error('the stream ended as it was answered');
         untrack = this.track(session, { close: (reason) => stream.close(reason), video: true, onForgotten: () => slot.release() });
         tracked = true;
         return stream.answerSdp;

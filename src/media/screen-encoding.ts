@@ -9,8 +9,10 @@ import { RfbClient, type RfbLogger } from '../compute/rfb-client';
 import type { ScreenInput, ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from './screen-video';
 import { startVp8Encoder, type VideoEncoder } from './vp8-encoder';
 
-/** Picture loss reports restart the encoder (a keyframe) at most this often. */
+/** Picture loss reports and new screen sizes restart the encoder (a keyframe) at most this often. */
 const KEYFRAME_EVERY_MS = 1_000;
+/** Input for QEMU beyond this, still unsent, is dropped. */
+const MAX_UNSENT_INPUT_BYTES = 256 * 1024;
 
 export interface ScreenEncodingSettings {
   /** Where an account's encoders run (their cgroup and user); unset: as this process, niced. */
@@ -48,13 +50,14 @@ class ScreenEncoding implements ScreenVideo {
 
   constructor(
     private readonly rfb: RfbClient,
-    screen: Duplex,
+    private readonly screen: Duplex,
     private readonly request: ScreenVideoRequest,
     private readonly events: ScreenVideoEvents,
     private readonly settings: ScreenEncodingSettings,
   ) {
+    // A new size is taken up by the next frame (tick): a guest that resizes in a loop restarts no
+    // encoder more often than a keyframe may come, and none before the viewer is there.
     rfb.onUpdate((update) => {
-      if (update.resized) void this.restartEncoder();
       if (update.pixels) this.haveScreen = true;
       if (update.pixels || update.resized) {
         this.dirty = true;
@@ -78,7 +81,8 @@ class ScreenEncoding implements ScreenVideo {
   }
 
   input(input: ScreenInput): void {
-    if (this.closed || this.rfb.isClosed) return;
+    // Input QEMU does not read is dropped, not queued without end.
+    if (this.closed || this.rfb.isClosed || this.screen.writableLength > MAX_UNSENT_INPUT_BYTES) return;
     if (input.type === 'pointer') this.rfb.pointer(input.x, input.y, input.buttons);
     else this.rfb.scancode(0, input.scancode, input.down);
   }
@@ -104,8 +108,11 @@ class ScreenEncoding implements ScreenVideo {
 
   private tick(): void {
     if (!this.dirty || !this.haveScreen || !this.encoder || this.rfb.isClosed) return;
-    // The screen changed size while an encoder started: it needs one of the new size.
-    if (this.encoder.width !== this.rfb.width || this.encoder.height !== this.rfb.height) return void this.restartEncoder();
+    // The screen changed size: the next encoder is of the new size (at most one a KEYFRAME_EVERY_MS).
+    if (this.encoder.width !== this.rfb.width || this.encoder.height !== this.rfb.height) {
+      if (Date.now() - this.lastKeyframe >= KEYFRAME_EVERY_MS) void this.restartEncoder();
+      return;
+    }
     // A copy: the screen keeps changing while the encoder reads this frame.
     if (this.encoder.write(Buffer.from(this.rfb.framebuffer))) {
       this.dirty = false;

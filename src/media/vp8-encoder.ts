@@ -36,41 +36,72 @@ const RTP_PACKET_BYTES = 1200;
 export async function startVp8Encoder(options: VideoEncoderOptions): Promise<VideoEncoder> {
   const placement = options.place?.(); // first: when it cannot be had, nothing else was made
   const socket: Socket = createSocket('udp4');
-  socket.on('message', (packet) => options.onRtp(packet));
-  socket.on('error', (error) => options.onError(`encoder socket: ${error.message}`));
-  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
-  const port = socket.address().port;
-  const args = [
-    '-n', '10', options.ffmpeg ?? 'ffmpeg',
-    '-hide_banner', '-loglevel', 'error', '-nostdin',
-    '-f', 'rawvideo', '-pix_fmt', 'bgr0', '-video_size', `${options.width}x${options.height}`,
-    // each frame's time is when it arrived: frames come only when the screen changed
-    '-use_wallclock_as_timestamps', '1', '-i', 'pipe:0',
-    '-an', '-fps_mode', 'passthrough',
-    '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '16', '-threads', '2',
-    '-b:v', `${options.kbps}k`, '-maxrate', `${Math.round(options.kbps * 1.5)}k`, '-bufsize', `${options.kbps}k`,
-    '-lag-in-frames', '0', '-auto-alt-ref', '0', '-error-resilient', '1', '-g', '600',
-    '-f', 'rtp', '-payload_type', '96', `rtp://127.0.0.1:${port}?pkt_size=${RTP_PACKET_BYTES}`,
-  ];
-  const launch = placement?.wrap('nice', args) ?? { command: 'nice', args };
-  // stdin is a pipe of ours; the child ignores a closed one (-nostdin is about interaction, not input).
-  const child: ChildProcessWithoutNullStreams = spawn(launch.command, launch.args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  let closed = false;
+  let released = false;
+  /** The process is gone (or never came): its place and its socket go with it, once. */
+  const release = () => {
+    if (released) return;
+    released = true;
+    placement?.left();
+    socket.close();
+  };
+  // The first sender is the encoder: the socket is connected to it, so the kernel drops datagrams
+  // from anyone else on this host (other processes can reach a loopback port too).
+  let sender: number | null = null;
+  socket.on('message', (packet, from) => {
+    if (sender === null) {
+      if (from.address !== '127.0.0.1') return;
+      sender = from.port;
+      socket.connect(from.port, '127.0.0.1');
+    } else if (from.port !== sender) {
+      return;
+    }
+    options.onRtp(packet);
+  });
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(0, '127.0.0.1', () => {
+        socket.off('error', reject);
+        resolve();
+      });
+    });
+    socket.on('error', (error) => options.onError(`encoder socket: ${error.message}`));
+    const port = socket.address().port;
+    const args = [
+      '-n', '10', options.ffmpeg ?? 'ffmpeg',
+      '-hide_banner', '-loglevel', 'error', '-nostdin',
+      '-f', 'rawvideo', '-pix_fmt', 'bgr0', '-video_size', `${options.width}x${options.height}`,
+      // each frame's time is when it arrived: frames come only when the screen changed
+      '-use_wallclock_as_timestamps', '1', '-i', 'pipe:0',
+      '-an', '-fps_mode', 'passthrough',
+      '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '16', '-threads', '2',
+      '-b:v', `${options.kbps}k`, '-maxrate', `${Math.round(options.kbps * 1.5)}k`, '-bufsize', `${options.kbps}k`,
+      '-lag-in-frames', '0', '-auto-alt-ref', '0', '-error-resilient', '1', '-g', '600',
+      '-f', 'rtp', '-payload_type', '96', `rtp://127.0.0.1:${port}?pkt_size=${RTP_PACKET_BYTES}`,
+    ];
+    const launch = placement?.wrap('nice', args) ?? { command: 'nice', args };
+    // stdin is a pipe of ours; the child ignores a closed one (-nostdin is about interaction, not input).
+    child = spawn(launch.command, launch.args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  } catch (error) {
+    release();
+    throw error;
+  }
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-2000);
   });
   child.stdout.resume();
-  let closed = false;
   let busy = false;
   child.stdin.on('error', () => undefined);
   child.on('exit', (code, signal) => {
-    placement?.left();
-    socket.close();
+    release();
     if (!closed) options.onError(`the encoder exited (${signal ?? code})${stderr ? `: ${stderr.trim()}` : ''}`);
     closed = true;
   });
   child.on('error', (error) => {
-    placement?.left();
+    release();
     if (!closed) options.onError(`the encoder could not start: ${error.message}`);
     closed = true;
   });

@@ -16,6 +16,8 @@ const MAX_MESSAGE_BYTES = 96 * 1024;
 const SILENCE_MS = 30_000;
 /** While the viewer has focus, the guest's clipboard is looked at this often (a short xclip in the guest). */
 const CLIPBOARD_POLL_MS = 2_000;
+/** Control messages (sizes, the clipboard) the viewer has not taken beyond this are dropped. */
+const MAX_UNSENT_CONTROL_BYTES = 256 * 1024;
 /** Pointer positions are RFB's 16-bit ones. */
 const MAX_POSITION = 0xffff;
 
@@ -45,6 +47,7 @@ class ScreenStream {
   private readonly track = new MediaStreamTrack({ kind: 'video' });
   private video: ScreenVideo | null = null;
   private closed = false;
+  private endedBecause: string | null = null;
   private buttons = 0;
   private control: RTCDataChannel | null = null;
   private clipboardTimer: NodeJS.Timeout | null = null;
@@ -62,9 +65,6 @@ class ScreenStream {
       if (state === 'connected') this.begin();
       if (state === 'failed' || state === 'closed') this.close(`the connection ${state}`);
     });
-    setTimeout(() => {
-      if (this.pc.connectionState !== 'connected') this.close('the viewer did not connect in time');
-    }, CONNECT_WITHIN_MS).unref();
   }
 
   /** Takes the viewer's offer: refused (before anything is opened) when it cannot carry the screen. */
@@ -83,9 +83,20 @@ class ScreenStream {
 
   /** Opens the screen's video where the machine runs; its packets go to the viewer as they come. */
   async watch(settings: DesktopStreamSettings): Promise<void> {
+    let size = '';
     const video = await this.request.openVideo({ fps: settings.fps, kbps: settings.kbps }, {
-      onRtp: (packet) => this.track.writeRtp(packet),
-      onSize: (size) => this.send({ type: 'size', width: size.width, height: size.height }),
+      onRtp: (packet) => {
+        try {
+          this.track.writeRtp(packet);
+        } catch (error) {
+          this.close(`a video packet could not be sent: ${error instanceof Error ? error.message : String(error)}`);
+        }
+      },
+      onSize: ({ width, height }) => {
+        if (`${width}x${height}` === size) return; // a keyframe of the same size: nothing to tell the viewer
+        size = `${width}x${height}`;
+        this.send({ type: 'size', width, height });
+      },
       onEnded: (reason) => this.close(reason),
     });
     if (this.closed) return video.close(); // the viewer or the screen left meanwhile
@@ -93,15 +104,21 @@ class ScreenStream {
     if (this.pc.connectionState === 'connected') this.begin();
   }
 
+  /** The answer for the viewer; the stream ended meanwhile (the screen went away) is an error. From now on the viewer has CONNECT_WITHIN_MS to connect. */
   async answer(): Promise<string> {
     await this.pc.setLocalDescription(await this.pc.createAnswer());
     await this.gathered();
+    if (this.closed) throw new Error(this.endedBecause ?? 'the stream ended before it was answered');
+    setTimeout(() => {
+      if (this.pc.connectionState !== 'connected') this.close('the viewer did not connect in time');
+    }, CONNECT_WITHIN_MS).unref();
     return this.pc.localDescription!.sdp;
   }
 
   close(reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    this.endedBecause = reason;
     if (this.silenceTimer) clearInterval(this.silenceTimer);
     this.watchClipboard(false);
     this.video?.close();
@@ -131,8 +148,9 @@ class ScreenStream {
     }, 1_000);
   }
 
+  /** A message on the control channel; dropped while the viewer does not take what was sent before. */
   private send(message: object): void {
-    if (this.control?.readyState === 'open') this.control.send(JSON.stringify(message));
+    if (this.control?.readyState === 'open' && this.control.bufferedAmount < MAX_UNSENT_CONTROL_BYTES) this.control.send(JSON.stringify(message));
   }
 
   /** While the viewer has focus: the guest's clipboard, when it changed, goes to the viewer. */
@@ -148,7 +166,7 @@ class ScreenStream {
         const text = await this.request.clipboard.read();
         if (text && text !== this.clipboardText && this.control?.readyState === 'open') {
           this.clipboardText = text;
-          this.control.send(JSON.stringify({ type: 'clipboard', text }));
+          this.send({ type: 'clipboard', text });
         }
       } catch {
         // the guest is busy or its desktop restarts: the next look may succeed

@@ -167,8 +167,6 @@ export class WorkerServer {
       }
       open = (ws) => void sendMachine(ws, outgoing);
       abandon = () => outgoing.cleanUp();
-      // The flattening took a while: a client that left meanwhile closed the socket before anyone listened.
-      if (socket.destroyed) return abandon();
     } else if (target.kind === 'import') {
       const { machine, limits } = target;
       // A machine on its way here is kept from a removal of strays while it comes, and for a while after.
@@ -209,12 +207,19 @@ export class WorkerServer {
     }
     res.detachSocket(socket);
     // What was claimed or opened for the stream is given up unless the stream opens: the client may
-    // have left meanwhile, or ws may refuse the handshake (a bad key) without calling back.
+    // have left meanwhile (while it was opened: its close came before anyone listened), or ws may
+    // refuse the handshake (a bad key) without calling back. Given up once, whichever comes first.
     let opened = false;
-    socket.once('close', () => {
-      if (!opened) abandon();
-    });
-    if (!socket.readable || !socket.writable) return void socket.destroy();
+    const giveUp = () => {
+      if (opened) return;
+      opened = true;
+      abandon();
+    };
+    socket.once('close', giveUp);
+    if (socket.destroyed || !socket.readable || !socket.writable) {
+      giveUp();
+      return void socket.destroy();
+    }
     this.upgradeNonces.set(req, checked.nonce);
     this.sockets.handleUpgrade(req, socket, head, (ws) => {
       opened = true;

@@ -3,7 +3,8 @@
 // throws out of the stream's listeners, the client ends cleanly when the server does, never holds
 // more than its bound, and never takes a screen larger than the display device's 2560x1600; valid
 // messages never cost the link. Plus the bounded reader on its own, the handshake's deadline, a
-// clipboard bomb and a cut-text flood.
+// clipboard bomb and a cut-text flood; and the screen's encoder, which a screen resizing in a loop
+// must not make restart without end.
 import fc from 'fast-check';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
@@ -14,6 +15,7 @@ import { deflateSync } from 'node:zlib';
 import { CLIPBOARD_MAX_BYTES } from '../../src/compute/machine-display';
 import { ENCODING_DESKTOP_SIZE, ENCODING_EXTENDED_CLIPBOARD, ENCODING_QEMU_EXTENDED_KEY, ENCODING_RAW, RFB_MAX_BUFFERED, RfbClient } from '../../src/compute/rfb-client';
 import { RfbReader } from '../../src/compute/rfb-reader';
+import { encodeScreen } from '../../src/media/screen-encoding';
 import { standInServer, type StandInServer } from '../support/stand-in-server';
 
 /** KISTE_FUZZ_SCALE=50 for a deeper run. */
@@ -322,5 +324,42 @@ describe('RfbClient against a hostile server', () => {
     expect(stream.isPaused()).toBe(false);
     expect((await reader.read(16)).equals(Buffer.alloc(16, 1))).toBe(true);
     await expect(reader.read(1)).rejects.toThrow(/ended/);
+  });
+
+  test('a screen that resizes in a loop starts no encoder before the viewer is there, then at most one a second', async () => {
+    // Each round: a new size, then pixels of it (what QEMU sends after a guest's xrandr).
+    let wide = false;
+    const server = await vncServer((socket) => {
+      const flood = setInterval(() => {
+        if (socket.destroyed) return clearInterval(flood);
+        wide = !wide;
+        const w = wide ? 80 : 64;
+        socket.write(Buffer.concat([encode({ kind: 'size', w, h: 48 }), encode({ kind: 'raw', x: 0, y: 0, w, h: 48 })]));
+      }, 20);
+      socket.once('close', () => clearInterval(flood));
+    });
+    let started = 0;
+    let left = 0;
+    const placement = () => {
+      started++;
+      return { wrap: (command: string, args: string[]) => ({ command, args }), left: () => void left++ };
+    };
+    const endings: string[] = [];
+    try {
+      const video = await encodeScreen(await socketTo(server.path), { accountId: 'acct-1', fps: 30, kbps: 200 }, { onRtp: () => undefined, onSize: () => undefined, onEnded: (reason) => endings.push(reason) }, { encoders: { placement } });
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      expect(started).toBe(0);
+      video.start();
+      await new Promise((resolve) => setTimeout(resolve, 3500));
+      // The first at start, then one a second at most while the size keeps changing (50 changes a second).
+      expect(started).toBeGreaterThanOrEqual(2);
+      expect(started).toBeLessThanOrEqual(5);
+      video.close();
+      for (const deadline = Date.now() + 5000; left < started && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(left).toBe(started); // every encoder's place given back
+      expect(endings).toEqual([]);
+    } finally {
+      await server.close();
+    }
   });
 });

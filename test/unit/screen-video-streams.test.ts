@@ -42,13 +42,16 @@ const connect = async (attach: (ws: WebSocket) => void = () => undefined) => {
 
 describe('the control plane follows a worker\'s screen video', () => {
   /** Opens a video whose worker sends `messages`; resolves with what the control plane passed on once it ended (or after 1 s). */
-  async function follow(messages: (string | Buffer)[]) {
+  async function follow(messages: (string | Buffer)[], options: { kbps?: number; onRtp?: () => void } = {}) {
     onConnection = (ws) => {
       for (const message of messages) ws.send(message, { binary: Buffer.isBuffer(message) });
     };
     const seen = { packets: 0, sizes: [] as unknown[], endings: [] as string[] };
-    const ws = await connect((opened) => followScreenVideo(opened, {
-      onRtp: () => seen.packets++,
+    const ws = await connect((opened) => followScreenVideo(opened, { kbps: options.kbps ?? 2000 }, {
+      onRtp: () => {
+        options.onRtp?.();
+        seen.packets++;
+      },
       onSize: (size) => seen.sizes.push(size),
       onEnded: (reason) => seen.endings.push(reason),
     }));
@@ -58,14 +61,19 @@ describe('the control plane follows a worker\'s screen video', () => {
   }
 
   test('passes on RTP packets and the frame size', async () => {
-    const seen = await follow([JSON.stringify({ type: 'size', width: 1280, height: 720 }), rtp(), rtp(1200), rtp(12)]);
-    expect(seen).toEqual({ packets: 3, sizes: [{ width: 1280, height: 720 }], endings: [], closed: false });
+    const seen = await follow([JSON.stringify({ type: 'size', width: 1280, height: 720 }), rtp(), rtp(1200), rtp(13), rtp(100, 0x80, 96 | 0x80)]);
+    expect(seen).toEqual({ packets: 4, sizes: [{ width: 1280, height: 720 }], endings: [], closed: false });
   });
 
   test.each([
     ['a packet that is not RTP version 2', rtp(100, 0x00), /not one/],
     ['a packet of another payload type', rtp(100, 0x80, 111), /not one/],
     ['a packet too short to be RTP', rtp(11), /not one/],
+    ['a header without a payload', rtp(12), /not one/],
+    ['a header that names an extension', rtp(100, 0x90), /not one/],
+    ['a header that names a CSRC list', rtp(100, 0x81), /not one/],
+    ['a header that names padding', rtp(100, 0xa0), /not one/],
+    ['a text message larger than any of the protocol\'s', JSON.stringify({ type: 'ended', reason: 'x'.repeat(5000) }), /more than 4096 bytes/],
     ['a packet larger than any the encoder writes', rtp(1501), /not one/],
     ['text that is not JSON', '{"type":', /not JSON/],
     ['a size beyond any screen', JSON.stringify({ type: 'size', width: 99_999, height: 720 }), /does not fit/],
@@ -80,6 +88,21 @@ describe('the control plane follows a worker\'s screen video', () => {
     expect(seen.closed).toBe(true);
   });
 
+  test('ends the video when the worker sends more than the bit rate allows', async () => {
+    // 100 kbit/s: a burst of 2 MiB, then 50 kB a second.
+    const seen = await follow(Array.from({ length: 2000 }, () => rtp(1200)), { kbps: 100 });
+    expect(seen.endings).toEqual(['the worker sent more video than its bit rate allows']);
+    expect(seen.packets).toBeGreaterThan(1500);
+    expect(seen.packets).toBeLessThan(2000);
+  });
+
+  test('a packet the viewer\'s peer cannot take ends this video, not the process', async () => {
+    const seen = await follow([rtp(), rtp()], { onRtp: () => {
+      throw new RangeError('out of bounds');
+    } });
+    expect(seen.endings).toEqual(['a video packet could not be passed on: out of bounds']);
+  });
+
   test('an end the worker reports is passed on with its reason, bounded', async () => {
     const seen = await follow([JSON.stringify({ type: 'ended', reason: `the screen went away ${'x'.repeat(1900)}` })]);
     expect(seen.endings).toHaveLength(1);
@@ -92,14 +115,14 @@ describe('the control plane follows a worker\'s screen video', () => {
     onConnection = (ws) => setTimeout(() => ws.close(1000), 50);
     const endings: string[] = [];
     const ws = await connect();
-    followScreenVideo(ws, { onRtp: () => undefined, onSize: () => undefined, onEnded: (reason) => endings.push(reason) });
+    followScreenVideo(ws, { kbps: 2000 }, { onRtp: () => undefined, onSize: () => undefined, onEnded: (reason) => endings.push(reason) });
     await new Promise((resolve) => ws.once('close', resolve));
     expect(endings).toEqual(['the worker closed the screen video']);
 
     onConnection = () => undefined;
     const mine = await connect();
     const ownEndings: string[] = [];
-    followScreenVideo(mine, { onRtp: () => undefined, onSize: () => undefined, onEnded: (reason) => ownEndings.push(reason) }).close();
+    followScreenVideo(mine, { kbps: 2000 }, { onRtp: () => undefined, onSize: () => undefined, onEnded: (reason) => ownEndings.push(reason) }).close();
     await new Promise((resolve) => mine.once('close', resolve));
     expect(ownEndings).toEqual([]);
   });
