@@ -42,7 +42,7 @@ export class HostPlacement implements Placement {
 export interface WorkerCapacity {
   place(tx: Transaction, shape: MachineShape, now: Date, among?: { only?: string; except?: string }): Promise<string | null>;
   roomToStart(workerId: string, shape: MachineShape, instanceId: string): Promise<boolean>;
-  runningFit(workerId: string): Promise<boolean>;
+  runningFit(workerId: string, instanceId: string): Promise<boolean>;
 }
 
 /** Several hosts: the registered worker with room and a live lease, least loaded first, against what each offers. */
@@ -69,7 +69,7 @@ export class WorkerPlacement implements Placement {
   }
 
   async confirmStart(machine: { id: string; workerId: string | null } & MachineShape): Promise<void> {
-    if (machine.workerId && (await this.workers.runningFit(machine.workerId))) return;
+    if (machine.workerId && (await this.workers.runningFit(machine.workerId, machine.id))) return;
     throw new KisteError('L13', { message: `The worker this machine lives on has no room for ${machine.vcpu} vCPU and ${machine.memoryMib} MiB right now (other machines started at the same time)` });
   }
 }

@@ -150,15 +150,29 @@ export class WorkerStore {
 
   /**
    * After a start was claimed (its machine counts as running now): whether the machines driven to
-   * run on the worker still fit what it is given, read under the placement lock, so two starts
-   * claimed at once cannot both be let through past it.
+   * run on the worker still fit what it is given, read under the placement lock. Starts claimed
+   * at once are let through in the order of their claims (then of their ids): a start counts the
+   * running machines and the starts claimed before it, not those claimed after, so of two that
+   * fit only one at a time the first goes through and the second is refused, whichever asks first.
    */
-  async runningFit(workerId: string): Promise<boolean> {
+  async runningFit(workerId: string, instanceId: string): Promise<boolean> {
     return this.db.$transaction(async (tx) => {
       await this.lockPlacement(tx);
       const worker = await tx.worker.findUnique({ where: { id: workerId } });
-      if (!worker) return false;
-      const room = roomLeft(worker, (await this.loads([workerId], tx as unknown as Transaction)).get(workerId));
+      const mine = await tx.instance.findUnique({ where: { id: instanceId }, select: { operationStartedAt: true } });
+      if (!worker || !mine) return false;
+      const claimedAt = mine.operationStartedAt ?? new Date(0);
+      // Starts claimed after this one (still under way, driven to run) wait their turn.
+      const later = await tx.instance.findMany({
+        where: {
+          workerId, desiredState: 'running', operation: { not: null }, id: { not: instanceId },
+          OR: [{ operationStartedAt: { gt: claimedAt } }, { operationStartedAt: claimedAt, id: { gt: instanceId } }],
+        },
+        select: { vcpu: true, memoryMib: true },
+      });
+      const load = (await this.loads([workerId], tx as unknown as Transaction)).get(workerId);
+      const counted = load && { ...load, vcpu: load.vcpu - sum(later, 'vcpu'), memoryMib: load.memoryMib - sum(later, 'memoryMib') };
+      const room = roomLeft(worker, counted);
       return room.vcpu >= 0 && room.memoryMib >= 0;
     });
   }
@@ -210,4 +224,8 @@ function fits(shape: Shape, room: Shape): boolean {
 export function offerOf(worker: Worker): Shape {
   const capped = (offered: number, ceiling: number | null) => (ceiling === null ? offered : Math.min(offered, ceiling));
   return { vcpu: capped(worker.vcpu, worker.maxVcpu), memoryMib: capped(worker.memoryMib, worker.maxMemoryMib), diskMib: capped(worker.diskMib, worker.maxDiskMib) };
+}
+
+function sum<K extends string>(rows: Record<K, number>[], key: K): number {
+  return rows.reduce((total, row) => total + row[key], 0);
 }

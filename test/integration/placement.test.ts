@@ -94,7 +94,7 @@ describe('placement on workers', () => {
     await expect(create(first, 'c')).rejects.toMatchObject({ code: 'L13' }); // the disk is not
   });
 
-  it('lets starts claimed at the same time through only while they fit together', async () => {
+  it('lets starts claimed at the same time through in the order of their claims: of two that fit only one at a time, the first', async () => {
     const only = await worker('only', { vcpu: 8, memoryMib: 512, diskMib: 100_000 });
     await create(first, 'p');
     await create(first, 'q').catch(() => undefined); // no room: refused
@@ -105,11 +105,22 @@ describe('placement on workers', () => {
     const rows = await first.prisma.instance.findMany({ where: { name: { in: ['p', 'q'] } } });
     const placement = new WorkerPlacement(new WorkerStore(first.prisma, first.provider), () => new Date());
     for (const row of rows) await expect(placement.checkStart(row)).resolves.toBeUndefined(); // each alone fits
-    // Both claimed at once (each counts as running from its claim): together they do not fit.
-    await first.prisma.instance.updateMany({ where: { name: { in: ['p', 'q'] } }, data: { desiredState: 'running', status: 'starting' } });
-    const confirmed = await Promise.allSettled(rows.map((row) => placement.confirmStart(row)));
-    expect(confirmed.every((outcome) => outcome.status === 'rejected' && (outcome.reason as KisteError).code === 'L13')).toBe(true);
-    await first.prisma.instance.update({ where: { id: second.id }, data: { desiredState: 'stopped', status: 'stopped' } }); // its claim given back
+    // Both claimed at once, q a moment before p (each counts as running from its claim): together
+    // they do not fit, so q goes through and p is refused, whichever is confirmed first.
+    const claimedAt = new Date();
+    await first.prisma.instance.update({ where: { id: second.id }, data: { desiredState: 'running', status: 'starting', operation: 'start', operationStartedAt: claimedAt } });
+    await first.prisma.instance.updateMany({ where: { name: 'p' }, data: { desiredState: 'running', status: 'starting', operation: 'resume', operationStartedAt: new Date(claimedAt.getTime() + 1) } });
+    for (const order of [rows, [...rows].reverse()]) {
+      const confirmed = await Promise.allSettled(order.map((row) => placement.confirmStart(row)));
+      const outcome = Object.fromEntries(order.map((row, index) => [row.name, confirmed[index]!.status === 'fulfilled' ? 'through' : (confirmed[index] as PromiseRejectedResult).reason.code]));
+      expect(outcome).toEqual({ p: 'L13', q: 'through' });
+    }
+    // Claimed in the same millisecond: the order of their ids decides, and still only one goes through.
+    await first.prisma.instance.updateMany({ where: { name: { in: ['p', 'q'] } }, data: { operationStartedAt: claimedAt } });
+    const tied = await Promise.allSettled(rows.map((row) => placement.confirmStart(row)));
+    expect(tied.filter((outcome) => outcome.status === 'fulfilled')).toHaveLength(1);
+    expect(tied.filter((outcome) => outcome.status === 'rejected' && (outcome.reason as KisteError).code === 'L13')).toHaveLength(1);
+    await first.prisma.instance.update({ where: { id: second.id }, data: { desiredState: 'stopped', status: 'stopped', operation: null, operationStartedAt: null } }); // its claim given back
     await expect(placement.confirmStart(rows.find((row) => row.name === 'p')!)).resolves.toBeUndefined();
   });
 

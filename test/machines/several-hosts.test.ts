@@ -8,13 +8,14 @@
 // other worker's machine answers on; when the link is back the machine answers again, the same boot.
 // kill -9 of a worker in the middle of a restart and of a create: N01 meanwhile, and once the worker
 // runs again each operation ends as asked, with one QEMU per machine. kill -9 of a control-plane
-// replica in the middle of a stop, a resume and a delete: the other replica finishes each as asked.
+// replica in the middle of a stop, a resume, a delete and a fork with memory (its source paused, on
+// a worker started again with room for two): the other replica finishes each as asked.
 // A worker that stops answering
 // (SIGSTOP) is declared lost: its machine errs with an event and an alert, and is deleted as a record;
 // when the process runs on (SIGCONT) under its old epoch, it is fenced and adopted anew and ends the
 // deleted machine's QEMU.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -66,12 +67,13 @@ describe('workers on other hosts', () => {
     await replica.listening();
   }
 
-  async function startWorker(host: Host): Promise<void> {
+  async function startWorker(host: Host, overrides: Record<string, string> = {}): Promise<void> {
     host.process = new ServiceProcess({
       KISTE_DATA_DIR: host.dir, KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_ACCELERATOR: 'tcg', KISTE_BOOT_SNAPSHOTS: 'off',
       KISTE_WORKER_LISTEN: `${host.network.address}:${WORKER_PORT}`, KISTE_WORKER_JOIN_TOKEN: host.token,
       // Room for one 512 MiB machine, not two.
       KISTE_WORKER_VCPUS: '2', KISTE_WORKER_MEMORY_MIB: '800', KISTE_WORKER_DISK_MIB: '20000',
+      ...overrides,
     }, { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening with TLS', netns: host.network.namespace });
     started.push(host.process);
     await host.process.listening();
@@ -101,7 +103,7 @@ describe('workers on other hosts', () => {
       const token = admin('worker-add', '--name', name, '--address', `https://${network.address}:${WORKER_PORT}`).trim();
       hosts.push({ name, network, dir: mkdtempSync(join(tmpdir(), `kiste-${name}-worker-`)), token, process: null });
     }
-    await Promise.all(hosts.map(startWorker));
+    await Promise.all(hosts.map((host) => startWorker(host)));
     for (const [index, port] of ports.entries()) {
       // The second replica: its own process and data folder, the same database and secret.
       replicaEnvs.push(index === 0 ? env : { ...env, KISTE_LISTEN: `127.0.0.1:${port}`, KISTE_DATA_DIR: mkdtempSync(join(fresh.dataDir, 'replica-')) });
@@ -204,6 +206,40 @@ describe('workers on other hosts', () => {
     await cutShort('two', () => api(0).delete('/v1/instances/two').set(auth), 'deleting', undefined);
     await waitUntil('the delete to end', async () => (await api(1).get('/v1/instances/two').set(auth)).status === 404 || null, 120_000, 500);
     await waitUntil('its QEMU to be gone', () => qemusOn(host).length === 0 || null, 30_000, 200);
+  });
+
+  it('finishes a fork with memory that a kill -9 of its control-plane replica cut short: the copy runs on from its source\'s memory, on its source\'s worker', async () => {
+    const host = workerOf('one')!;
+    // Room for the copy beside its source (a fork with memory stays on its source's worker): the
+    // worker started again with a larger offer; its machine runs on and is adopted again.
+    killWorker(host);
+    await startWorker(host, { KISTE_WORKER_MEMORY_MIB: '1400' });
+    await waitUntil('the roomier worker to be adopted', () => new RegExp(`${host.name}\\s+\\S+\\s+active\\s+yes\\s+2/1400/`).test(admin('workers')) || null, 90_000, 1000);
+    const sleeper = (await execWhenBack('one', ['sh', '-c', 'setsid sleep 300000 > /dev/null 2>&1 < /dev/null & echo $!'])).trim();
+
+    const fork = api(0).post('/v1/instances/one/fork').set(auth).send({ name: 'copy', memory: true }).then((res) => res, (error: Error) => error);
+    const copyId = await waitUntil('the fork to be recorded', async () => {
+      const res = await api(1).get('/v1/instances/copy').set(auth);
+      return res.status === 200 ? (res.body.id as string) : null;
+    }, 60_000, 20);
+    // The source stands paused while its device state goes to the copy's memory.state.part on the worker: kill the replica then.
+    await waitUntil("the fork to save its source's state", () => existsSync(join(host.dir, 'machines', copyId, 'memory.state.part')) || null, 120_000, 2);
+    replicas[0]!.child.kill('SIGKILL');
+    await fork;
+    await startReplica(0);
+    await waitUntil('the fork to end running', async () => {
+      const now = (await api(1).get('/v1/instances/copy').set(auth).expect(checkContract).expect(200)).body as { status: string };
+      if (now.status === 'error') throw new Error(`the fork ended in error: ${JSON.stringify(now)}`);
+      return now.status === 'running' || null;
+    }, 300_000, 500);
+    // The copy continues its source's memory (the process started before the fork runs in both), and the source ran on.
+    expect(await execWhenBack('copy', ['sh', '-c', `kill -0 ${sleeper} && cat /tmp/marker`])).toBe('one\n');
+    expect(await exec('one', ['sh', '-c', `kill -0 ${sleeper} && echo alive`])).toBe('alive\n');
+    expect(workerOf('copy')).toBe(host);
+    expect(qemusOn(host)).toHaveLength(2);
+    await api().delete('/v1/instances/copy').set(auth).expect(checkContract);
+    await waitUntil('the copy to be gone', async () => (await api().get('/v1/instances/copy').set(auth)).status === 404 || null, 120_000, 500);
+    await waitUntil('its QEMU to be gone', () => qemusOn(host).length === 1 || null, 30_000, 200);
   });
 
   it('finishes a restart that a kill -9 of its worker cut short: the machine ends running, booted anew', async () => {
