@@ -91,7 +91,7 @@ function oneOf<T extends string>(name: string, value: string | undefined, allowe
   return value as T;
 }
 
-function cidrList(name: string, value: string | undefined): Cidr[] {
+export function cidrList(name: string, value: string | undefined): Cidr[] {
   if (!value?.trim()) return [];
   return value.split(',').map((part) => {
     const cidr = parseCidr(part);

@@ -47,8 +47,9 @@ async function main(): Promise<void> {
   logger.info({ socket: settings.socketPath, accelerator }, 'kiste-worker is listening');
   if (settings.tcp) {
     const certificate = workerCertificate(settings.tcp);
-    const { port } = await server.listenWithTls(settings.tcp.host, settings.tcp.port, certificate);
-    logger.info({ host: settings.tcp.host, port, fingerprint: certificate.fingerprint, offer: settings.offer }, 'kiste-worker is listening with TLS');
+    const { port } = await server.listenWithTls(settings.tcp.host, settings.tcp.port, certificate, settings.tcp.allowFrom);
+    const allowFrom = settings.tcp.allowFrom.length ? settings.tcp.allowFrom.map((range) => range.cidr) : 'any address';
+    logger.info({ host: settings.tcp.host, port, fingerprint: certificate.fingerprint, offer: settings.offer, allowFrom }, 'kiste-worker is listening with TLS');
   }
   // In the background: GetImageState answers `building` with the step meanwhile (K06 on the control
   // plane); old versions go only when the control plane names what it keeps (CollectImages).

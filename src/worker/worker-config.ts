@@ -3,7 +3,8 @@
 import { availableParallelism, totalmem } from 'node:os';
 import { statfsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError, parseListen, type Config } from '../config';
+import { cidrList, ConfigError, parseListen, type Config } from '../config';
+import type { Cidr } from '../net/special-addresses';
 import { JoinTokenError, workerSecretOf } from '../protocol/worker-join';
 
 /** Memory the host keeps for itself and the worker when the operator names no offer. */
@@ -20,8 +21,12 @@ export interface WorkerOffer {
 export interface WorkerSettings {
   socketPath: string;
   secretFile: string;
-  /** KISTE_WORKER_LISTEN (several hosts): TLS on host:port, with KISTE_WORKER_TLS_CERT/KEY or a certificate made once in <data>/worker-tls. */
-  tcp: { host: string; port: number; certFile: string | null; keyFile: string | null; generatedDir: string } | null;
+  /**
+   * KISTE_WORKER_LISTEN (several hosts): TLS on host:port, with KISTE_WORKER_TLS_CERT/KEY or a
+   * certificate made once in <data>/worker-tls; KISTE_WORKER_ALLOW_FROM: the addresses connections
+   * are taken from (empty: any).
+   */
+  tcp: { host: string; port: number; certFile: string | null; keyFile: string | null; generatedDir: string; allowFrom: Cidr[] } | null;
   /** The secret KISTE_WORKER_JOIN_TOKEN gives (null: one box, a random secret the supervising service reads). */
   joinedSecret: Buffer | null;
   offer: WorkerOffer;
@@ -33,6 +38,8 @@ export function workerSettingsOf(config: Config, env: NodeJS.ProcessEnv = proces
   if (Boolean(certFile) !== Boolean(keyFile)) throw new ConfigError('KISTE_WORKER_TLS_CERT and KISTE_WORKER_TLS_KEY must be set together');
   const listen = env.KISTE_WORKER_LISTEN ? parseListen(env.KISTE_WORKER_LISTEN, 'KISTE_WORKER_LISTEN') : null;
   if (!listen && certFile) throw new ConfigError('KISTE_WORKER_TLS_CERT is set but KISTE_WORKER_LISTEN is not');
+  const allowFrom = cidrList('KISTE_WORKER_ALLOW_FROM', env.KISTE_WORKER_ALLOW_FROM);
+  if (!listen && allowFrom.length) throw new ConfigError('KISTE_WORKER_ALLOW_FROM is set but KISTE_WORKER_LISTEN is not');
   let joinedSecret: Buffer | null = null;
   if (env.KISTE_WORKER_JOIN_TOKEN) {
     try {
@@ -45,7 +52,7 @@ export function workerSettingsOf(config: Config, env: NodeJS.ProcessEnv = proces
   return {
     socketPath: env.KISTE_WORKER_SOCKET || join(config.dataDir, 'worker.sock'),
     secretFile: env.KISTE_WORKER_SECRET_FILE || join(config.dataDir, 'worker.secret'),
-    tcp: listen ? { ...listen, certFile, keyFile, generatedDir: join(config.dataDir, 'worker-tls') } : null,
+    tcp: listen ? { ...listen, certFile, keyFile, generatedDir: join(config.dataDir, 'worker-tls'), allowFrom } : null,
     joinedSecret,
     offer: {
       vcpu: count('KISTE_WORKER_VCPUS', env.KISTE_WORKER_VCPUS, () => availableParallelism() * VCPUS_PER_CPU),

@@ -4,7 +4,7 @@
 // in agent-streams.ts.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
-import type { Socket } from 'node:net';
+import { BlockList, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { chmodSync, rmSync } from 'node:fs';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -19,6 +19,7 @@ import { receiveMachine, sendMachine } from './machine-move-streams';
 import type { OutgoingMachine } from '../compute/machine-moves';
 import type { WorkerCertificate } from './worker-tls';
 import { openScreenVideo, type OpenedScreenVideo } from './screen-video-streams';
+import type { Cidr } from '../net/special-addresses';
 
 /** No request of this protocol carries more (machine commands are small; streams are upgrades). */
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -85,11 +86,27 @@ export class WorkerServer {
     chmodSync(path, 0o600);
   }
 
-  /** Listens with TLS on host:port too (several hosts): the same requests, signed the same way. */
-  async listenWithTls(host: string, port: number, certificate: WorkerCertificate): Promise<{ port: number }> {
+  /**
+   * Listens with TLS on host:port too (several hosts): the same requests, signed the same way.
+   * `allowFrom` (KISTE_WORKER_ALLOW_FROM): connections from any other address are closed as they
+   * come, before a handshake, so strangers cannot take the connections the control plane needs.
+   */
+  async listenWithTls(host: string, port: number, certificate: WorkerCertificate, allowFrom: readonly Cidr[] = []): Promise<{ port: number }> {
     // A handshake or request that stalls ends instead of holding a socket for ever.
     const server = this.serving(createTlsServer({ cert: certificate.cert, key: certificate.key, minVersion: 'TLSv1.3', handshakeTimeout: 10_000, requestTimeout: 60_000, headersTimeout: 10_000 }));
     server.maxConnections = MAX_TLS_CONNECTIONS;
+    if (allowFrom.length) {
+      const allowed = new BlockList();
+      for (const range of allowFrom) {
+        const [network, prefix] = range.cidr.split('/');
+        allowed.addSubnet(network!, Number(prefix), range.family === 4 ? 'ipv4' : 'ipv6');
+      }
+      server.prependListener('connection', (socket: Socket) => {
+        if (isAllowed(allowed, socket.remoteAddress)) return;
+        this.refused('a connection from an address KISTE_WORKER_ALLOW_FROM does not name', socket.remoteAddress ?? '');
+        socket.destroy();
+      });
+    }
     // Longer than the heartbeat's interval: the control plane's connections are kept, not made anew each time.
     server.keepAliveTimeout = 65_000;
     await new Promise<void>((resolve, reject) => {
@@ -283,4 +300,12 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
     req.on('end', () => (size > MAX_BODY_BYTES ? reject(new Error('body too large')) : resolve(Buffer.concat(chunks))));
     req.on('error', reject);
   });
+}
+
+/** Whether a peer's address is in the allowed ranges (an IPv4 peer of a dual-stack socket comes as ::ffff:a.b.c.d). */
+function isAllowed(allowed: BlockList, address: string | undefined): boolean {
+  if (!address) return false;
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return allowed.check(mapped[1]!, 'ipv4');
+  return allowed.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4');
 }

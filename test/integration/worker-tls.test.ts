@@ -124,6 +124,37 @@ describe('a worker joined with a token, over TLS', () => {
     }
   });
 
+  it('takes connections only from the addresses KISTE_WORKER_ALLOW_FROM names: others are closed before a handshake', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'kiste-tls-worker-allow-'));
+    const otherPort = await freePort();
+    const start = (allowFrom: string) => new ServiceProcess(
+      { ...workerEnv(token), KISTE_DATA_DIR: otherDir, KISTE_WORKER_LISTEN: `127.0.0.1:${otherPort}`, KISTE_WORKER_ALLOW_FROM: allowFrom },
+      { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening with TLS' },
+    );
+    let guarded = start('10.99.0.0/16, 192.0.2.7');
+    try {
+      await guarded.listening();
+      await expect(introduceWorker(`https://127.0.0.1:${otherPort}`, secret)).rejects.toBeInstanceOf(WorkerUnreachableError);
+      await expect(new Promise((resolve) => {
+        const socket = tlsConnect({ host: '127.0.0.1', port: otherPort, rejectUnauthorized: false });
+        socket.on('secureConnect', () => resolve('handshake'));
+        socket.on('error', () => resolve('closed'));
+        socket.on('close', () => resolve('closed'));
+      })).resolves.toBe('closed');
+      expect(guarded.output).toContain('a connection from an address KISTE_WORKER_ALLOW_FROM does not name');
+      await guarded.ensureStopped();
+      guarded = start('127.0.0.0/8');
+      await guarded.listening();
+      expect((await introduceWorker(`https://127.0.0.1:${otherPort}`, secret)).hello.offer).toEqual({ vcpu: 6, memory_mib: 3000, disk_mib: 40000 });
+    } finally {
+      await guarded.ensureStopped();
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+    const refused = new ServiceProcess({ ...workerEnv(token), KISTE_DATA_DIR: otherDir, KISTE_WORKER_ALLOW_FROM: '10.0.0.0/33' }, { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening' });
+    expect((await refused.waitExit(30_000)).code).toBe(2);
+    expect(refused.output).toMatch(/KISTE_WORKER_ALLOW_FROM must be comma-separated addresses or CIDRs/);
+  });
+
   it('refuses a join with another token while the first one\'s secret is there', async () => {
     await worker.ensureStopped();
     const again = new ServiceProcess(workerEnv(newJoinToken()), { entry: 'src/worker/main.ts', ready: 'kiste-worker is listening with TLS' });
