@@ -5,6 +5,7 @@ import type { ApiToken } from '../src/store/api-tokens';
 import type { AccountDeletion } from '../src/store/deletions';
 import type { DeviceKey } from '../src/store/device-keys';
 import type { Session } from '../src/store/sessions';
+import type { ServiceAccess, ServiceView } from '../src/domain/hosted-services';
 
 type Schemas = components['schemas'];
 
@@ -79,5 +80,24 @@ export function presentDeletion(deletion: AccountDeletion, message?: string): Sc
     completed_at: iso(deletion.completedAt),
     next_attempt_at: iso(deletion.nextAttemptAt),
     ...(message ? { message } : {}),
+  };
+}
+
+export function presentService(view: ServiceView): Schemas['HostedServiceResponse'] {
+  return {
+    id: view.service.id,
+    instance_id: view.instance.id,
+    instance_name: view.instance.name,
+    name: view.service.name,
+    port: view.service.port,
+    protocol: 'http',
+    path_prefix: view.pathPrefix,
+    websocket: true,
+    description: view.service.description,
+    status: view.status,
+    public_url: view.publicUrl,
+    access: view.service.access as ServiceAccess,
+    created_at: iso(view.service.createdAt),
+    updated_at: iso(view.service.updatedAt),
   };
 }

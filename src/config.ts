@@ -3,6 +3,8 @@ import { isIP } from 'node:net';
 import { resolve } from 'node:path';
 import { parseCidr, type Cidr } from './net/special-addresses';
 import type { ImageProfile } from './compute/machine-host';
+import { serviceAddressesOf } from './config-services';
+import type { ServiceAddresses } from './domain/service-addresses';
 
 export interface Config {
   listenHost: string;
@@ -56,6 +58,8 @@ export interface Config {
   machineEgress: { mode: 'public' | 'off'; allow: Cidr[] };
   /** KISTE_MACHINE_UID_BASE: machines' QEMUs run as uids base+1 … base+65535, group base. */
   machineUidBase: number;
+  /** KISTE_SERVICES_DOMAIN / KISTE_SERVICES_URL: where hosted services are published (null: nowhere, S12). */
+  services: ServiceAddresses | null;
   /** KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE: webhooks may target http://, any port and private addresses (development and tests only). */
   webhooksAllowPrivateTargetsUnsafe: boolean;
   /** SMTP relay for alert e-mail (KISTE_SMTP_URL, KISTE_MAIL_FROM); null: alerts are not e-mailed. */
@@ -143,6 +147,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const shownHost = host.includes(':') ? `[${host}]` : host;
   const baseUrl = trimSlash(env.KISTE_BASE_URL ?? `${tls ? 'https' : 'http'}://${shownHost}:${port}`);
+  const consoleUrl = trimSlash(env.KISTE_CONSOLE_URL ?? baseUrl);
+  const desktopUrl = trimSlash(env.KISTE_DESKTOP_URL ?? baseUrl);
   return {
     listenHost: host,
     listenPort: port,
@@ -152,8 +158,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     adminPassword: env.KISTE_ADMIN_PASSWORD || undefined,
     tls,
     baseUrl,
-    consoleUrl: trimSlash(env.KISTE_CONSOLE_URL ?? baseUrl),
-    desktopUrl: trimSlash(env.KISTE_DESKTOP_URL ?? baseUrl),
+    consoleUrl,
+    desktopUrl,
     openSignup: flag(env.KISTE_OPEN_SIGNUP),
     requestsPerMinute: positiveInt('KISTE_REQUESTS_PER_MINUTE', env.KISTE_REQUESTS_PER_MINUTE, 600),
     signInAttemptsPerMinute: positiveInt('KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE', env.KISTE_SIGN_IN_ATTEMPTS_PER_MINUTE, 30),
@@ -172,6 +178,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     machineUidBase: uidBase(env.KISTE_MACHINE_UID_BASE),
     webhooksAllowPrivateTargetsUnsafe: flag(env.KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE),
+    services: serviceAddressesOf(env, { baseUrl, consoleUrl, desktopUrl }),
     smtp: smtpSettings(env.KISTE_SMTP_URL, env.KISTE_MAIL_FROM, baseUrl),
     turn: turnSettings(env.KISTE_TURN_URLS, env.KISTE_TURN_SECRET),
     metrics: metricsSettings(env.KISTE_METRICS_LISTEN, env.KISTE_METRICS_TOKEN),

@@ -76,6 +76,8 @@ import { AlertOutbox } from './domain/alert-outbox';
 import { AlertStore } from './store/alerts';
 import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
+import { HostedServices } from './domain/hosted-services';
+import { HostedServiceStore } from './store/hosted-services';
 
 /** Memory a one-box host keeps for itself beside its machines. */
 const HOST_MEMORY_RESERVE_MIB = 512;
@@ -94,6 +96,7 @@ export interface Services {
   accountUsage: AccountUsage;
   apiTokens: ApiTokens;
   deviceKeys: DeviceKeys;
+  hostedServices: HostedServices;
   oauth: OAuth;
   deletions: AccountDeletions;
   platform: Platform;
@@ -261,6 +264,8 @@ export function createServices(config: Config, database: Database, options: Serv
     accountUsage: new AccountUsage({ ...stores, webhooks: webhookStore }, sshTunnels, clock),
     apiTokens: new ApiTokens(transactions, stores.apiTokens, stores.accounts, limits, clock),
     deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
+    hostedServices: new HostedServices(transactions, new HostedServiceStore(db), stores.accounts, instances,
+      { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),
@@ -312,4 +317,18 @@ function serviceCompute(config: Config, accelerator: Accelerator, logger: Requir
  */
 function iceHostAddress(listenHost: string): string | null {
   return listenHost === '0.0.0.0' || listenHost === '::' || listenHost.includes(':') ? null : listenHost;
+}
+
+/** How long a look at a service's port may take (a TCP open through the machine's agent). */
+const PORT_LOOK_MS = 1500;
+
+/** Whether something listens on a running machine's port: a TCP open through its agent, closed at once. */
+async function portAnswers(host: Pick<ServiceHost, 'agent'>, id: string, port: number): Promise<boolean> {
+  try {
+    const stream = await host.agent(id).openTcp(port, undefined, { timeoutMs: PORT_LOOK_MS });
+    stream.destroy();
+    return true;
+  } catch {
+    return false;
+  }
 }

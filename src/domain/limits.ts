@@ -8,6 +8,8 @@ export class Limits {
   readonly apiTokens = 10;
   readonly deviceKeys = 100;
   readonly webhooks = 10;
+  /** Hosted services (published ports) per machine (L14). */
+  readonly servicesPerMachine = 10;
   readonly metricsPerMinute = 40;
   readonly machines = 10;
   readonly runningMachines = 4;

@@ -2007,11 +2007,11 @@ export interface components {
             object: "event";
             resource_id: string;
             /** @enum {string} */
-            resource_type: "instance" | "command" | "snapshot" | "webhook" | "alert" | "api_token" | "device_key" | "session" | "account" | "image" | "environment";
+            resource_type: "instance" | "command" | "snapshot" | "webhook" | "alert" | "api_token" | "device_key" | "session" | "account" | "image" | "environment" | "hosted_service";
             /** Format: int64 */
             sequence: number;
             type: components["schemas"]["EventType"];
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         ControlHealth: {
             region: string | null;
             service: string;
@@ -2142,9 +2142,21 @@ export interface components {
             vcpu: number;
         };
         CreateServiceRequest: {
+            /**
+             * @description Who may use the URL. `account` (the default) keeps a port published by mistake (a
+             *     database, an admin panel, a dev server's debugger) to the owner's account until its
+             *     owner opens it; `public` lets anyone with the URL in.
+             * @default account
+             * @enum {string}
+             */
+            access: "account" | "public";
             description?: string;
+            /** @description Lower-case letters, digits and inner hyphens, at most 52 (with the key it makes one DNS label of at most 63). Unique per machine. */
             name: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The guest's TCP port; one service per port and machine.
+             */
             port: number;
         };
         CreateSnapshotRequest: {
@@ -2397,7 +2409,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "S12" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "L14" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -2406,11 +2418,19 @@ export interface components {
             /** @description The instance's name when the event happened. */
             name: string;
         };
+        /** @description A hosted service as it was when the event happened. */
+        EventDataService: {
+            instance_name: string;
+            name: string;
+            /** Format: int32 */
+            port: number;
+            public_url: string;
+        };
         /**
          * @description Every event type of the account stream. The `data` of each is defined in ControlEventResponse.
          * @enum {string}
          */
-        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated";
+        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated" | "service.created" | "service.deleted";
         ExecCompletedEvent: {
             /** Format: int64 */
             duration_ms: number;
@@ -2503,9 +2523,23 @@ export interface components {
             /** @constant */
             object: "list";
         };
+        /**
+         * @description A port of a machine published at a URL of its own (docs/hosted-services.md). Requests to
+         *     `public_url` reach the port through the machine's guest agent, streamed both ways (HTTP,
+         *     WebSocket upgrades, server-sent events); the app sees `Host: localhost:<port>` and the
+         *     public address in `X-Forwarded-Host`, `-Proto` and `-For`. Services stay through stop,
+         *     resume and restart; a fork copies its source's services with new keys (the copy's URLs are
+         *     its own); deleting the machine removes them.
+         */
         HostedServiceResponse: {
+            /**
+             * @description `account`: only signed-in browsers and API keys of the owner's account; `public`: anyone with the URL.
+             * @enum {string}
+             */
+            access: "account" | "public";
             /** Format: date-time */
             created_at: string;
+            /** @description Empty when none was given. */
             description: string;
             /** Format: uuid */
             id: string;
@@ -2513,15 +2547,25 @@ export interface components {
             instance_id: string;
             instance_name: string;
             name: string;
+            /** @description `/s/<key>` where the service is published under a path of the services origin (stripped, sent to the app as `X-Forwarded-Prefix`); empty where it has a host name of its own. */
             path_prefix: string;
             /** Format: int32 */
             port: number;
-            protocol: string;
+            /**
+             * @description What the proxy speaks to the port (HTTP/1.1).
+             * @enum {string}
+             */
+            protocol: "http";
             /** Format: uri */
             public_url: string;
-            status: string;
+            /**
+             * @description `active`: the machine runs and the port answers; `unreachable`: it runs and nothing listens on the port (listen on 0.0.0.0 or localhost); `stopped`: the machine does not run.
+             * @enum {string}
+             */
+            status: "active" | "unreachable" | "stopped";
             /** Format: date-time */
             updated_at: string;
+            /** @description Whether WebSocket upgrades pass (always true). */
             websocket: boolean;
         };
         IceServer: {
@@ -7048,16 +7092,20 @@ export const accountDeletionStepValues: ReadonlyArray<FlattenedDeepRequired<comp
 export const alertKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AlertKind"]> = ["webhook_created", "disk_almost_full", "webhook_failing", "instance_error", "api_key_expiring", "new_sign_in"];
 export const alertPreferencesResponseEmail_deliveryValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["AlertPreferencesResponse"]["email_delivery"]> = ["configured", "unconfigured"];
 export const billingPlanStateStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BillingPlanState"]["state"]> = ["none", "active", "past_due", "canceled"];
-export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account", "image", "environment"];
+export const controlEventResponseResource_typeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlEventResponse"]["resource_type"]> = ["instance", "command", "snapshot", "webhook", "alert", "api_token", "device_key", "session", "account", "image", "environment", "hosted_service"];
 export const controlPlaneFeaturesAcceleratorValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneFeatures"]["accelerator"]> = ["kvm", "tcg", "none"];
 export const controlPlaneStatusResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ControlPlaneStatusResponse"]["status"]> = ["ok", "degraded"];
 export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateInstanceRequest"]["profile"]> = ["desktop"];
+export const createServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateServiceRequest"]["access"]> = ["account", "public"];
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "B01", "B02", "B03"];
-export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
+export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.deleted"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];
+export const hostedServiceResponseAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["HostedServiceResponse"]["access"]> = ["account", "public"];
+export const hostedServiceResponseProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["HostedServiceResponse"]["protocol"]> = ["http"];
+export const hostedServiceResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["HostedServiceResponse"]["status"]> = ["active", "unreachable", "stopped"];
 export const imageResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ImageResponse"]["status"]> = ["ready", "building", "failed"];
 export const instanceResponseProfileValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceResponse"]["profile"]> = ["desktop"];
 export const instanceSetupResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["InstanceSetupResponse"]["status"]> = ["none", "pending", "running", "succeeded", "failed"];

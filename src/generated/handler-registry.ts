@@ -15,6 +15,7 @@ import { handler as CreateEnvironment } from '../../handlers/CreateEnvironment';
 import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateImage } from '../../handlers/CreateImage';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
+import { handler as CreateService } from '../../handlers/CreateService';
 import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
 import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
@@ -22,6 +23,7 @@ import { handler as DeleteApiToken } from '../../handlers/DeleteApiToken';
 import { handler as DeleteDeviceKey } from '../../handlers/DeleteDeviceKey';
 import { handler as DeleteImage } from '../../handlers/DeleteImage';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
+import { handler as DeleteService } from '../../handlers/DeleteService';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
 import { handler as DeleteWebhook } from '../../handlers/DeleteWebhook';
 import { handler as DesktopPreflight } from '../../handlers/DesktopPreflight';
@@ -52,6 +54,7 @@ import { handler as GetMe } from '../../handlers/GetMe';
 import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument';
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
 import { handler as GetRuntimeImage } from '../../handlers/GetRuntimeImage';
+import { handler as GetService } from '../../handlers/GetService';
 import { handler as GetSshHostKey } from '../../handlers/GetSshHostKey';
 import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as GetWebhook } from '../../handlers/GetWebhook';
@@ -67,6 +70,7 @@ import { handler as ListEvents } from '../../handlers/ListEvents';
 import { handler as ListImageComponents } from '../../handlers/ListImageComponents';
 import { handler as ListImages } from '../../handlers/ListImages';
 import { handler as ListInstances } from '../../handlers/ListInstances';
+import { handler as ListServices } from '../../handlers/ListServices';
 import { handler as ListSessions } from '../../handlers/ListSessions';
 import { handler as ListWebhookDeliveries } from '../../handlers/ListWebhookDeliveries';
 import { handler as ListWebhooks } from '../../handlers/ListWebhooks';
@@ -108,6 +112,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   CreateExport,
   CreateImage,
   CreateInstance,
+  CreateService,
   CreateTerminalSession,
   CreateWebhook,
   DeleteAccount,
@@ -115,6 +120,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   DeleteDeviceKey,
   DeleteImage,
   DeleteInstance,
+  DeleteService,
   DeleteSession,
   DeleteWebhook,
   DesktopPreflight,
@@ -145,6 +151,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetOpenApiDocument,
   GetPlatformStatus,
   GetRuntimeImage,
+  GetService,
   GetSshHostKey,
   GetStatus,
   GetWebhook,
@@ -160,6 +167,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ListImageComponents,
   ListImages,
   ListInstances,
+  ListServices,
   ListSessions,
   ListWebhookDeliveries,
   ListWebhooks,

@@ -151,3 +151,8 @@ export type RequestBudgetWindow = Prisma.RequestBudgetWindowModel
  * join token; the secret is kept sealed (SecretBox, bound to the row's id).
  */
 export type Worker = Prisma.WorkerModel
+/**
+ * Model HostedService
+ * A port of a machine published at a URL of its own (issue 23, docs/hosted-services.md).
+ */
+export type HostedService = Prisma.HostedServiceModel

@@ -420,7 +420,8 @@ export const ModelName = {
   Environment: 'Environment',
   EnvironmentVersion: 'EnvironmentVersion',
   RequestBudgetWindow: 'RequestBudgetWindow',
-  Worker: 'Worker'
+  Worker: 'Worker',
+  HostedService: 'HostedService'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -436,7 +437,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow" | "worker"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow" | "worker" | "hostedService"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2216,6 +2217,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    HostedService: {
+      payload: Prisma.$HostedServicePayload<ExtArgs>
+      fields: Prisma.HostedServiceFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.HostedServiceFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.HostedServiceFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        findFirst: {
+          args: Prisma.HostedServiceFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.HostedServiceFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        findMany: {
+          args: Prisma.HostedServiceFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>[]
+        }
+        create: {
+          args: Prisma.HostedServiceCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        createMany: {
+          args: Prisma.HostedServiceCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.HostedServiceCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>[]
+        }
+        delete: {
+          args: Prisma.HostedServiceDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        update: {
+          args: Prisma.HostedServiceUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        deleteMany: {
+          args: Prisma.HostedServiceDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.HostedServiceUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.HostedServiceUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>[]
+        }
+        upsert: {
+          args: Prisma.HostedServiceUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HostedServicePayload>
+        }
+        aggregate: {
+          args: Prisma.HostedServiceAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateHostedService>
+        }
+        groupBy: {
+          args: Prisma.HostedServiceGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.HostedServiceGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.HostedServiceCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.HostedServiceCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2647,6 +2722,24 @@ export const WorkerScalarFieldEnum = {
 export type WorkerScalarFieldEnum = (typeof WorkerScalarFieldEnum)[keyof typeof WorkerScalarFieldEnum]
 
 
+export const HostedServiceScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  name: 'name',
+  port: 'port',
+  description: 'description',
+  key: 'key',
+  access: 'access',
+  bytesIn: 'bytesIn',
+  bytesOut: 'bytesOut',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type HostedServiceScalarFieldEnum = (typeof HostedServiceScalarFieldEnum)[keyof typeof HostedServiceScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -2931,6 +3024,7 @@ export type GlobalOmitConfig = {
   environmentVersion?: Prisma.EnvironmentVersionOmit
   requestBudgetWindow?: Prisma.RequestBudgetWindowOmit
   worker?: Prisma.WorkerOmit
+  hostedService?: Prisma.HostedServiceOmit
 }
 
 /* Types for Logging */

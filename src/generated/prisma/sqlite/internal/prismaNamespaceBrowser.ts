@@ -74,7 +74,8 @@ export const ModelName = {
   Environment: 'Environment',
   EnvironmentVersion: 'EnvironmentVersion',
   RequestBudgetWindow: 'RequestBudgetWindow',
-  Worker: 'Worker'
+  Worker: 'Worker',
+  HostedService: 'HostedService'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -483,6 +484,24 @@ export const WorkerScalarFieldEnum = {
 } as const
 
 export type WorkerScalarFieldEnum = (typeof WorkerScalarFieldEnum)[keyof typeof WorkerScalarFieldEnum]
+
+
+export const HostedServiceScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  instanceId: 'instanceId',
+  name: 'name',
+  port: 'port',
+  description: 'description',
+  key: 'key',
+  access: 'access',
+  bytesIn: 'bytesIn',
+  bytesOut: 'bytesOut',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type HostedServiceScalarFieldEnum = (typeof HostedServiceScalarFieldEnum)[keyof typeof HostedServiceScalarFieldEnum]
 
 
 export const SortOrder = {

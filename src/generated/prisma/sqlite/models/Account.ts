@@ -296,6 +296,7 @@ export type AccountWhereInput = {
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
   images?: Prisma.ImageListRelationFilter
+  hostedServices?: Prisma.HostedServiceListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }
@@ -329,6 +330,7 @@ export type AccountOrderByWithRelationInput = {
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
   images?: Prisma.ImageOrderByRelationAggregateInput
+  hostedServices?: Prisma.HostedServiceOrderByRelationAggregateInput
   environments?: Prisma.EnvironmentOrderByRelationAggregateInput
   environmentVersions?: Prisma.EnvironmentVersionOrderByRelationAggregateInput
 }
@@ -365,6 +367,7 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
   images?: Prisma.ImageListRelationFilter
+  hostedServices?: Prisma.HostedServiceListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }, "id" | "email">
@@ -436,6 +439,7 @@ export type AccountCreateInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -469,6 +473,7 @@ export type AccountUncheckedCreateInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -502,6 +507,7 @@ export type AccountUpdateInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -535,6 +541,7 @@ export type AccountUncheckedUpdateInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -930,6 +937,20 @@ export type AccountUpdateOneRequiredWithoutEnvironmentVersionsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutEnvironmentVersionsInput, Prisma.AccountUpdateWithoutEnvironmentVersionsInput>, Prisma.AccountUncheckedUpdateWithoutEnvironmentVersionsInput>
 }
 
+export type AccountCreateNestedOneWithoutHostedServicesInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutHostedServicesInput, Prisma.AccountUncheckedCreateWithoutHostedServicesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutHostedServicesInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutHostedServicesNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutHostedServicesInput, Prisma.AccountUncheckedCreateWithoutHostedServicesInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutHostedServicesInput
+  upsert?: Prisma.AccountUpsertWithoutHostedServicesInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutHostedServicesInput, Prisma.AccountUpdateWithoutHostedServicesInput>, Prisma.AccountUncheckedUpdateWithoutHostedServicesInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -958,6 +979,7 @@ export type AccountCreateWithoutSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -990,6 +1012,7 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1038,6 +1061,7 @@ export type AccountUpdateWithoutSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1070,6 +1094,7 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1102,6 +1127,7 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1134,6 +1160,7 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1182,6 +1209,7 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1214,6 +1242,7 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1246,6 +1275,7 @@ export type AccountCreateWithoutApiTokensInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1278,6 +1308,7 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1326,6 +1357,7 @@ export type AccountUpdateWithoutApiTokensInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1358,6 +1390,7 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1390,6 +1423,7 @@ export type AccountCreateWithoutOauthCodesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1422,6 +1456,7 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1470,6 +1505,7 @@ export type AccountUpdateWithoutOauthCodesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1502,6 +1538,7 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1534,6 +1571,7 @@ export type AccountCreateWithoutDeviceKeysInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1566,6 +1604,7 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1614,6 +1653,7 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1646,6 +1686,7 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1678,6 +1719,7 @@ export type AccountCreateWithoutExportLinksInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1710,6 +1752,7 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1758,6 +1801,7 @@ export type AccountUpdateWithoutExportLinksInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1790,6 +1834,7 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1822,6 +1867,7 @@ export type AccountCreateWithoutEventsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1854,6 +1900,7 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1902,6 +1949,7 @@ export type AccountUpdateWithoutEventsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1934,6 +1982,7 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1966,6 +2015,7 @@ export type AccountCreateWithoutInstancesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1998,6 +2048,7 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2046,6 +2097,7 @@ export type AccountUpdateWithoutInstancesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2078,6 +2130,7 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2110,6 +2163,7 @@ export type AccountCreateWithoutCommandsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2142,6 +2196,7 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2190,6 +2245,7 @@ export type AccountUpdateWithoutCommandsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2222,6 +2278,7 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2254,6 +2311,7 @@ export type AccountCreateWithoutWebhooksInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2286,6 +2344,7 @@ export type AccountUncheckedCreateWithoutWebhooksInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2334,6 +2393,7 @@ export type AccountUpdateWithoutWebhooksInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2366,6 +2426,7 @@ export type AccountUncheckedUpdateWithoutWebhooksInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2398,6 +2459,7 @@ export type AccountCreateWithoutDeliveriesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2430,6 +2492,7 @@ export type AccountUncheckedCreateWithoutDeliveriesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2478,6 +2541,7 @@ export type AccountUpdateWithoutDeliveriesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2510,6 +2574,7 @@ export type AccountUncheckedUpdateWithoutDeliveriesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2542,6 +2607,7 @@ export type AccountCreateWithoutAlertsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2574,6 +2640,7 @@ export type AccountUncheckedCreateWithoutAlertsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2622,6 +2689,7 @@ export type AccountUpdateWithoutAlertsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2654,6 +2722,7 @@ export type AccountUncheckedUpdateWithoutAlertsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2686,6 +2755,7 @@ export type AccountCreateWithoutAlertPreferencesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2718,6 +2788,7 @@ export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2766,6 +2837,7 @@ export type AccountUpdateWithoutAlertPreferencesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2798,6 +2870,7 @@ export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2830,6 +2903,7 @@ export type AccountCreateWithoutDesktopLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2862,6 +2936,7 @@ export type AccountUncheckedCreateWithoutDesktopLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2910,6 +2985,7 @@ export type AccountUpdateWithoutDesktopLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2942,6 +3018,7 @@ export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2974,6 +3051,7 @@ export type AccountCreateWithoutDesktopSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3006,6 +3084,7 @@ export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3054,6 +3133,7 @@ export type AccountUpdateWithoutDesktopSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3086,6 +3166,7 @@ export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3118,6 +3199,7 @@ export type AccountCreateWithoutImagesInput = {
   alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3150,6 +3232,7 @@ export type AccountUncheckedCreateWithoutImagesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3198,6 +3281,7 @@ export type AccountUpdateWithoutImagesInput = {
   alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3230,6 +3314,7 @@ export type AccountUncheckedUpdateWithoutImagesInput = {
   alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3263,6 +3348,7 @@ export type AccountCreateWithoutEnvironmentsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
@@ -3295,6 +3381,7 @@ export type AccountUncheckedCreateWithoutEnvironmentsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3343,6 +3430,7 @@ export type AccountUpdateWithoutEnvironmentsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
@@ -3375,6 +3463,7 @@ export type AccountUncheckedUpdateWithoutEnvironmentsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
@@ -3407,6 +3496,7 @@ export type AccountCreateWithoutEnvironmentVersionsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
 }
 
@@ -3439,6 +3529,7 @@ export type AccountUncheckedCreateWithoutEnvironmentVersionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3487,6 +3578,7 @@ export type AccountUpdateWithoutEnvironmentVersionsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
 }
 
@@ -3519,7 +3611,156 @@ export type AccountUncheckedUpdateWithoutEnvironmentVersionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutHostedServicesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutHostedServicesInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutHostedServicesInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutHostedServicesInput, Prisma.AccountUncheckedCreateWithoutHostedServicesInput>
+}
+
+export type AccountUpsertWithoutHostedServicesInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutHostedServicesInput, Prisma.AccountUncheckedUpdateWithoutHostedServicesInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutHostedServicesInput, Prisma.AccountUncheckedCreateWithoutHostedServicesInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutHostedServicesInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutHostedServicesInput, Prisma.AccountUncheckedUpdateWithoutHostedServicesInput>
+}
+
+export type AccountUpdateWithoutHostedServicesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutHostedServicesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
 
@@ -3544,6 +3785,7 @@ export type AccountCountOutputType = {
   desktopLinks: number
   desktopSessions: number
   images: number
+  hostedServices: number
   environments: number
   environmentVersions: number
 }
@@ -3565,6 +3807,7 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   desktopLinks?: boolean | AccountCountOutputTypeCountDesktopLinksArgs
   desktopSessions?: boolean | AccountCountOutputTypeCountDesktopSessionsArgs
   images?: boolean | AccountCountOutputTypeCountImagesArgs
+  hostedServices?: boolean | AccountCountOutputTypeCountHostedServicesArgs
   environments?: boolean | AccountCountOutputTypeCountEnvironmentsArgs
   environmentVersions?: boolean | AccountCountOutputTypeCountEnvironmentVersionsArgs
 }
@@ -3694,6 +3937,13 @@ export type AccountCountOutputTypeCountImagesArgs<ExtArgs extends runtime.Types.
 /**
  * AccountCountOutputType without action
  */
+export type AccountCountOutputTypeCountHostedServicesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.HostedServiceWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
 export type AccountCountOutputTypeCountEnvironmentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   where?: Prisma.EnvironmentWhereInput
 }
@@ -3735,6 +3985,7 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
+  hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -3803,6 +4054,7 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   desktopLinks?: boolean | Prisma.Account$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
+  hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -3829,6 +4081,7 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
     images: Prisma.$ImagePayload<ExtArgs>[]
+    hostedServices: Prisma.$HostedServicePayload<ExtArgs>[]
     environments: Prisma.$EnvironmentPayload<ExtArgs>[]
     environmentVersions: Prisma.$EnvironmentVersionPayload<ExtArgs>[]
   }
@@ -4270,6 +4523,7 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   desktopLinks<T extends Prisma.Account$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Account$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   images<T extends Prisma.Account$imagesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$imagesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ImagePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  hostedServices<T extends Prisma.Account$hostedServicesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$hostedServicesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$HostedServicePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environments<T extends Prisma.Account$environmentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environmentVersions<T extends Prisma.Account$environmentVersionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentVersionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentVersionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
@@ -5085,6 +5339,30 @@ export type Account$imagesArgs<ExtArgs extends runtime.Types.Extensions.Internal
   take?: number
   skip?: number
   distinct?: Prisma.ImageScalarFieldEnum | Prisma.ImageScalarFieldEnum[]
+}
+
+/**
+ * Account.hostedServices
+ */
+export type Account$hostedServicesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the HostedService
+   */
+  select?: Prisma.HostedServiceSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the HostedService
+   */
+  omit?: Prisma.HostedServiceOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.HostedServiceInclude<ExtArgs> | null
+  where?: Prisma.HostedServiceWhereInput
+  orderBy?: Prisma.HostedServiceOrderByWithRelationInput | Prisma.HostedServiceOrderByWithRelationInput[]
+  cursor?: Prisma.HostedServiceWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.HostedServiceScalarFieldEnum | Prisma.HostedServiceScalarFieldEnum[]
 }
 
 /**

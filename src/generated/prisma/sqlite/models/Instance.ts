@@ -437,6 +437,7 @@ export type InstanceWhereInput = {
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  hostedServices?: Prisma.HostedServiceListRelationFilter
   setup?: Prisma.XOR<Prisma.InstanceSetupNullableScalarRelationFilter, Prisma.InstanceSetupWhereInput> | null
 }
 
@@ -478,6 +479,7 @@ export type InstanceOrderByWithRelationInput = {
   commands?: Prisma.CommandOrderByRelationAggregateInput
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
+  hostedServices?: Prisma.HostedServiceOrderByRelationAggregateInput
   setup?: Prisma.InstanceSetupOrderByWithRelationInput
 }
 
@@ -523,6 +525,7 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
+  hostedServices?: Prisma.HostedServiceListRelationFilter
   setup?: Prisma.XOR<Prisma.InstanceSetupNullableScalarRelationFilter, Prisma.InstanceSetupWhereInput> | null
 }, "id" | "accountId_name">
 
@@ -640,6 +643,7 @@ export type InstanceCreateInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -679,6 +683,7 @@ export type InstanceUncheckedCreateInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -718,6 +723,7 @@ export type InstanceUpdateInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -757,6 +763,7 @@ export type InstanceUncheckedUpdateInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1140,6 +1147,20 @@ export type InstanceUncheckedUpdateManyWithoutWorkerNestedInput = {
   deleteMany?: Prisma.InstanceScalarWhereInput | Prisma.InstanceScalarWhereInput[]
 }
 
+export type InstanceCreateNestedOneWithoutHostedServicesInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutHostedServicesInput, Prisma.InstanceUncheckedCreateWithoutHostedServicesInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutHostedServicesInput
+  connect?: Prisma.InstanceWhereUniqueInput
+}
+
+export type InstanceUpdateOneRequiredWithoutHostedServicesNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutHostedServicesInput, Prisma.InstanceUncheckedCreateWithoutHostedServicesInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutHostedServicesInput
+  upsert?: Prisma.InstanceUpsertWithoutHostedServicesInput
+  connect?: Prisma.InstanceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutHostedServicesInput, Prisma.InstanceUpdateWithoutHostedServicesInput>, Prisma.InstanceUncheckedUpdateWithoutHostedServicesInput>
+}
+
 export type InstanceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -1175,6 +1196,7 @@ export type InstanceCreateWithoutAccountInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -1213,6 +1235,7 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -1314,6 +1337,7 @@ export type InstanceCreateWithoutCommandsInput = {
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -1352,6 +1376,7 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   updatedAt?: Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -1406,6 +1431,7 @@ export type InstanceUpdateWithoutCommandsInput = {
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1444,6 +1470,7 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1482,6 +1509,7 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -1520,6 +1548,7 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -1574,6 +1603,7 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1612,6 +1642,7 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1650,6 +1681,7 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -1688,6 +1720,7 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   updatedAt?: Date | string
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -1742,6 +1775,7 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1780,6 +1814,7 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -1819,6 +1854,7 @@ export type InstanceCreateWithoutSetupInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceUncheckedCreateWithoutSetupInput = {
@@ -1857,6 +1893,7 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
 }
 
 export type InstanceCreateOrConnectWithoutSetupInput = {
@@ -1911,6 +1948,7 @@ export type InstanceUpdateWithoutSetupInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceUncheckedUpdateWithoutSetupInput = {
@@ -1949,6 +1987,7 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
 }
 
 export type InstanceCreateWithoutWorkerInput = {
@@ -1986,6 +2025,7 @@ export type InstanceCreateWithoutWorkerInput = {
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
 }
 
@@ -2024,6 +2064,7 @@ export type InstanceUncheckedCreateWithoutWorkerInput = {
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
   setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
 }
 
@@ -2050,6 +2091,178 @@ export type InstanceUpdateWithWhereUniqueWithoutWorkerInput = {
 export type InstanceUpdateManyWithWhereWithoutWorkerInput = {
   where: Prisma.InstanceScalarWhereInput
   data: Prisma.XOR<Prisma.InstanceUpdateManyMutationInput, Prisma.InstanceUncheckedUpdateManyWithoutWorkerInput>
+}
+
+export type InstanceCreateWithoutHostedServicesInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
+  errorMessage?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutHostedServicesInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
+  errorMessage?: string | null
+  workerId?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutHostedServicesInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutHostedServicesInput, Prisma.InstanceUncheckedCreateWithoutHostedServicesInput>
+}
+
+export type InstanceUpsertWithoutHostedServicesInput = {
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutHostedServicesInput, Prisma.InstanceUncheckedUpdateWithoutHostedServicesInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutHostedServicesInput, Prisma.InstanceUncheckedCreateWithoutHostedServicesInput>
+  where?: Prisma.InstanceWhereInput
+}
+
+export type InstanceUpdateToOneWithWhereWithoutHostedServicesInput = {
+  where?: Prisma.InstanceWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutHostedServicesInput, Prisma.InstanceUncheckedUpdateWithoutHostedServicesInput>
+}
+
+export type InstanceUpdateWithoutHostedServicesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutHostedServicesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
 export type InstanceCreateManyAccountInput = {
@@ -2121,6 +2334,7 @@ export type InstanceUpdateWithoutAccountInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -2159,6 +2373,7 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -2265,6 +2480,7 @@ export type InstanceUpdateWithoutWorkerInput = {
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
 }
 
@@ -2303,6 +2519,7 @@ export type InstanceUncheckedUpdateWithoutWorkerInput = {
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -2349,12 +2566,14 @@ export type InstanceCountOutputType = {
   commands: number
   desktopLinks: number
   desktopSessions: number
+  hostedServices: number
 }
 
 export type InstanceCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   commands?: boolean | InstanceCountOutputTypeCountCommandsArgs
   desktopLinks?: boolean | InstanceCountOutputTypeCountDesktopLinksArgs
   desktopSessions?: boolean | InstanceCountOutputTypeCountDesktopSessionsArgs
+  hostedServices?: boolean | InstanceCountOutputTypeCountHostedServicesArgs
 }
 
 /**
@@ -2386,6 +2605,13 @@ export type InstanceCountOutputTypeCountDesktopLinksArgs<ExtArgs extends runtime
  */
 export type InstanceCountOutputTypeCountDesktopSessionsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   where?: Prisma.DesktopSessionWhereInput
+}
+
+/**
+ * InstanceCountOutputType without action
+ */
+export type InstanceCountOutputTypeCountHostedServicesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.HostedServiceWhereInput
 }
 
 
@@ -2427,6 +2653,7 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
+  hostedServices?: boolean | Prisma.Instance$hostedServicesArgs<ExtArgs>
   setup?: boolean | Prisma.Instance$setupArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["instance"]>
@@ -2547,6 +2774,7 @@ export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArg
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
+  hostedServices?: boolean | Prisma.Instance$hostedServicesArgs<ExtArgs>
   setup?: boolean | Prisma.Instance$setupArgs<ExtArgs>
   _count?: boolean | Prisma.InstanceCountOutputTypeDefaultArgs<ExtArgs>
 }
@@ -2567,6 +2795,7 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     commands: Prisma.$CommandPayload<ExtArgs>[]
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
+    hostedServices: Prisma.$HostedServicePayload<ExtArgs>[]
     setup: Prisma.$InstanceSetupPayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
@@ -3048,6 +3277,7 @@ export interface Prisma__InstanceClient<T, Null = never, ExtArgs extends runtime
   commands<T extends Prisma.Instance$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopLinks<T extends Prisma.Instance$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Instance$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  hostedServices<T extends Prisma.Instance$hostedServicesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$hostedServicesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$HostedServicePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   setup<T extends Prisma.Instance$setupArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$setupArgs<ExtArgs>>): Prisma.Prisma__InstanceSetupClient<runtime.Types.Result.GetResult<Prisma.$InstanceSetupPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
@@ -3597,6 +3827,30 @@ export type Instance$desktopSessionsArgs<ExtArgs extends runtime.Types.Extension
   take?: number
   skip?: number
   distinct?: Prisma.DesktopSessionScalarFieldEnum | Prisma.DesktopSessionScalarFieldEnum[]
+}
+
+/**
+ * Instance.hostedServices
+ */
+export type Instance$hostedServicesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the HostedService
+   */
+  select?: Prisma.HostedServiceSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the HostedService
+   */
+  omit?: Prisma.HostedServiceOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.HostedServiceInclude<ExtArgs> | null
+  where?: Prisma.HostedServiceWhereInput
+  orderBy?: Prisma.HostedServiceOrderByWithRelationInput | Prisma.HostedServiceOrderByWithRelationInput[]
+  cursor?: Prisma.HostedServiceWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.HostedServiceScalarFieldEnum | Prisma.HostedServiceScalarFieldEnum[]
 }
 
 /**

@@ -1,0 +1,7 @@
+import type { Handler } from '../src/http/handler';
+import { presentService } from './present';
+
+export const handler: Handler<'CreateService'> = async ({ auth, services, params, body }) => ({
+  status: 200,
+  body: presentService(await services.hostedServices.create(auth.accountId, params.name, body)),
+});

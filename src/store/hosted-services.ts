@@ -1,0 +1,55 @@
+// Hosted services (published ports) and their machines. Every query about a service names the
+// account it belongs to; the proxy's lookup by key is the one exception (the key is the address).
+import type { Transaction } from '../domain/transactions';
+import type { HostedService } from '../generated/prisma/sqlite/client';
+import type { Db } from './prisma';
+import { clientFor } from './transactions';
+
+export type { HostedService };
+
+export interface NewHostedService {
+  id: string;
+  accountId: string;
+  instanceId: string;
+  name: string;
+  port: number;
+  description: string;
+  key: string;
+  access: 'account' | 'public';
+  createdAt: Date;
+}
+
+export class HostedServiceStore {
+  constructor(private readonly db: Db) {}
+
+  /** The machine's services, oldest first. */
+  list(accountId: string, instanceId: string): Promise<HostedService[]> {
+    return this.db.hostedService.findMany({ where: { accountId, instanceId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] });
+  }
+
+  find(accountId: string, instanceId: string, name: string): Promise<HostedService | null> {
+    return this.db.hostedService.findFirst({ where: { accountId, instanceId, name } });
+  }
+
+  /** The service a request's address names (the proxy). */
+  findByKey(key: string): Promise<HostedService | null> {
+    return this.db.hostedService.findUnique({ where: { key } });
+  }
+
+  /** Whether the machine has a service of that name or on that port. */
+  async taken(instanceId: string, name: string, port: number, tx: Transaction): Promise<boolean> {
+    return (await clientFor(tx).hostedService.count({ where: { instanceId, OR: [{ name }, { port }] } })) > 0;
+  }
+
+  count(instanceId: string, tx: Transaction): Promise<number> {
+    return clientFor(tx).hostedService.count({ where: { instanceId } });
+  }
+
+  create(tx: Transaction, service: NewHostedService): Promise<HostedService> {
+    return clientFor(tx).hostedService.create({ data: { ...service, updatedAt: service.createdAt } });
+  }
+
+  delete(tx: Transaction, accountId: string, id: string): Promise<{ count: number }> {
+    return clientFor(tx).hostedService.deleteMany({ where: { accountId, id } });
+  }
+}
