@@ -104,6 +104,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
       services.terminals.closeAll();
       services.desktops.closeAll();
       webSockets.close();
+      await services.serviceProxy.close(); // the bytes carried since the last flush are counted
       await metricsListener?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -78,6 +78,7 @@ import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 import { HostedServices } from './domain/hosted-services';
 import { HostedServiceStore } from './store/hosted-services';
+import { ServiceProxy } from './http/service-proxy';
 
 /** Memory a one-box host keeps for itself beside its machines. */
 const HOST_MEMORY_RESERVE_MIB = 512;
@@ -97,6 +98,8 @@ export interface Services {
   apiTokens: ApiTokens;
   deviceKeys: DeviceKeys;
   hostedServices: HostedServices;
+  /** Requests for published services, before anything of kiste's (src/http/service-proxy.ts). */
+  serviceProxy: ServiceProxy;
   oauth: OAuth;
   deletions: AccountDeletions;
   platform: Platform;
@@ -250,6 +253,8 @@ export function createServices(config: Config, database: Database, options: Serv
   const alerts = new Alerts(transactions, alertStore, stores.accounts, clock, mailSender !== null,
     new AlertOutbox(alertStore, mailSender, clock, { baseUrl: config.baseUrl }, logger),
     new AlertChecks(transactions, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
+  const hostedServices = new HostedServices(transactions, new HostedServiceStore(db), stores.accounts, instances,
+    { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock);
   return {
     config,
     metrics,
@@ -264,8 +269,8 @@ export function createServices(config: Config, database: Database, options: Serv
     accountUsage: new AccountUsage({ ...stores, webhooks: webhookStore }, sshTunnels, clock),
     apiTokens: new ApiTokens(transactions, stores.apiTokens, stores.accounts, limits, clock),
     deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
-    hostedServices: new HostedServices(transactions, new HostedServiceStore(db), stores.accounts, instances,
-      { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock),
+    hostedServices,
+    serviceProxy: new ServiceProxy(hostedServices, { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) }, logger, config.baseUrl),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),
@@ -321,6 +326,8 @@ function iceHostAddress(listenHost: string): string | null {
 
 /** How long a look at a service's port may take (a TCP open through the machine's agent). */
 const PORT_LOOK_MS = 1500;
+/** How long the proxy waits for a TCP stream to a service's port. */
+const PORT_OPEN_MS = 10_000;
 
 /** Whether something listens on a running machine's port: a TCP open through its agent, closed at once. */
 async function portAnswers(host: Pick<ServiceHost, 'agent'>, id: string, port: number): Promise<boolean> {

@@ -98,6 +98,24 @@ export class HostedServices {
     return service;
   }
 
+  /** The service a request's address names, with its machine and URL (the proxy); null: none. */
+  async resolve(key: string): Promise<(PublishedAt & { service: HostedService; instance: Instance }) | null> {
+    const found = await this.store.findByKey(key);
+    if (!found || !this.addresses) return null;
+    const { instance, ...service } = found;
+    return { service, instance, ...publishedAt(this.addresses, service.name, service.key) };
+  }
+
+  /** Bytes the proxy carried for services since the last flush. */
+  countBytes(counts: ReadonlyMap<string, { in: number; out: number }>): Promise<void> {
+    return this.store.addBytes(counts);
+  }
+
+  /** Where services are published (null: nowhere). */
+  get publishedIn(): ServiceAddresses | null {
+    return this.addresses;
+  }
+
   private async find(accountId: string, instance: Instance, name: string): Promise<HostedService> {
     const service = await this.store.find(accountId, instance.id, name);
     if (!service) throw new KisteError('S10', { message: `${instance.name} has no service named ${name}`, param: 'service' });

@@ -26,6 +26,18 @@ export function publishedAt(addresses: ServiceAddresses, name: string, key: stri
 }
 
 /**
+ * Whether a request's Host is in the services' space (any host under the services domain, or the
+ * services origin's host): such a request is the proxy's alone, whether a service answers there or
+ * not, so nothing of kiste's own ever answers on a host where published apps run.
+ */
+export function inServiceSpace(addresses: ServiceAddresses, host: string | undefined): boolean {
+  if (!host) return false;
+  const hostname = host.replace(/:\d{1,5}$/, '').toLowerCase();
+  if (addresses.mode === 'path') return hostname === new URL(addresses.origin).hostname;
+  return hostname.endsWith(`.${addresses.domain}`);
+}
+
+/**
  * The key of the service a request is for, from its Host and path; null when the request is not
  * for a service (kiste's own hosts, another path of the services origin).
  */

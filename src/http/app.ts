@@ -10,6 +10,7 @@ import { cameFromUnreachableHost } from '../compute/machine-host';
 import type { Services } from '../services';
 import { HSTS, servesHttps } from './browser-edges';
 import { runOperation } from './pipeline';
+import { SERVICE_UPGRADES, type ServiceUpgrades } from './websocket';
 import { requestIdOf } from './request-id';
 import { allowedMethods, operationFor, operationsForPath } from './routes';
 
@@ -24,6 +25,17 @@ export async function createApp(services: Services, logger: Logger): Promise<exp
   const app = express();
   app.disable('x-powered-by');
   app.set('query parser', 'simple');
+  // Hosts of published services are the proxy's alone, before anything of kiste's (HSTS, logs, routes).
+  const proxy = services.serviceProxy;
+  app.use((req: Request, res: Response, next: NextFunction) => {
+    if (!proxy.claims(req)) return next();
+    proxy.serve(req, res).catch(() => res.destroy());
+  });
+  (app as ServiceUpgrades)[SERVICE_UPGRADES] = (req, socket, head) => {
+    if (!proxy.claims(req)) return false;
+    proxy.upgrade(req, socket, head).catch(() => socket.destroy());
+    return true;
+  };
   if (servesHttps(services.config)) {
     app.use((_req: Request, res: Response, next: NextFunction) => {
       res.setHeader('strict-transport-security', HSTS);

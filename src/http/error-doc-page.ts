@@ -20,3 +20,8 @@ export function errorDocPage(entry: { code: string; type: string; status: number
 <h2>What it means</h2><p>${escapeHtml(entry.message)}</p><h2>What to do</h2><p>${escapeHtml(entry.hint)}</p>`,
   );
 }
+
+/** A page kiste answers in a published service's place (the service is unknown, private, stopped or not listening). */
+export function servicePage(title: string, message: string, hint: string): string {
+  return page(title, `<h1>${escapeHtml(title)}</h1><p>${escapeHtml(message)}</p><p>${escapeHtml(hint)}</p>`);
+}

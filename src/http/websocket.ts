@@ -32,9 +32,14 @@ export function upgradeOf(req: IncomingMessage): WebSocketUpgrade | null {
 type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** Routes the server's upgrade requests through the app. */
+/** Where an app takes upgrades of its own before kiste's WebSockets (the services' proxy: hosts of published services). */
+export const SERVICE_UPGRADES = Symbol('kiste.serviceUpgrades');
+export type ServiceUpgrades = { [SERVICE_UPGRADES]?: (req: IncomingMessage, socket: Duplex, head: Buffer) => boolean };
+
 export function serveWebSockets(server: Server, app: RequestListener): { close(): void } {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES, perMessageDeflate: false });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if ((app as ServiceUpgrades)[SERVICE_UPGRADES]?.(req, socket, head)) return;
     const res = upgradeResponse(req, socket);
     if (!res) return;
     let accepted = false;

@@ -1,7 +1,7 @@
 // Hosted services (published ports) and their machines. Every query about a service names the
 // account it belongs to; the proxy's lookup by key is the one exception (the key is the address).
 import type { Transaction } from '../domain/transactions';
-import type { HostedService } from '../generated/prisma/sqlite/client';
+import type { HostedService, Instance } from '../generated/prisma/sqlite/client';
 import type { Db } from './prisma';
 import { clientFor } from './transactions';
 
@@ -31,9 +31,16 @@ export class HostedServiceStore {
     return this.db.hostedService.findFirst({ where: { accountId, instanceId, name } });
   }
 
-  /** The service a request's address names (the proxy). */
-  findByKey(key: string): Promise<HostedService | null> {
-    return this.db.hostedService.findUnique({ where: { key } });
+  /** The service a request's address names, with its machine (the proxy). */
+  findByKey(key: string): Promise<(HostedService & { instance: Instance }) | null> {
+    return this.db.hostedService.findUnique({ where: { key }, include: { instance: true } });
+  }
+
+  /** Adds bytes carried for services (the proxy's counts, flushed every minute). */
+  async addBytes(counts: ReadonlyMap<string, { in: number; out: number }>): Promise<void> {
+    for (const [id, count] of counts) {
+      await this.db.hostedService.updateMany({ where: { id }, data: { bytesIn: { increment: count.in }, bytesOut: { increment: count.out } } });
+    }
   }
 
   /** Whether the machine has a service of that name or on that port. */

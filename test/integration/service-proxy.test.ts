@@ -1,0 +1,253 @@
+// The hosted services' proxy (src/http/service-proxy.ts) over real sockets, its reach to the guest
+// stood in for by a TCP connection to an app on loopback (the real-guest proof is
+// test/machines/hosted-services.test.ts). What the app is sent (Host, X-Forwarded-*, the prefix
+// stripped, nothing of the client's forwarding kept), what the client gets (the app's answer as it
+// came, streamed: server-sent events arrive as written, a large body byte for byte, WebSocket
+// upgrades both ways; a Location on the app's own host made public, nothing added), the refusals
+// (no service, private, stopped, nothing listening, too many requests) as pages or JSON, nothing of
+// kiste's own answering on a service host, and the bytes counted.
+import { createHash } from 'node:crypto';
+import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { WebSocket, WebSocketServer } from 'ws';
+import { ServiceProxy, type ServiceReach } from '../../src/http/service-proxy';
+import type { Account } from '../../src/store/accounts';
+import { apiKeyFor, bearer, createAccount, startTestService, type TestService } from '../support/harness';
+import { insertInstance } from '../support/instance-rows';
+
+/** The app in the "guest": echoes what it was sent, streams events, serves a large body, redirects, echoes WebSockets. */
+function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessage[] }> {
+  const seen: IncomingMessage[] = [];
+  const server = createServer((req, res) => {
+    seen.push(req);
+    const url = new URL(req.url ?? '/', 'http://app');
+    if (url.pathname === '/events') {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      res.write('data: first\n\n');
+      setTimeout(() => res.end('data: second\n\n'), 700);
+      return;
+    }
+    if (url.pathname === '/big') {
+      const chunk = Buffer.alloc(1024 * 1024, 7);
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': 16 * chunk.length });
+      for (let i = 0; i < 16; i++) res.write(chunk);
+      return void res.end();
+    }
+    if (url.pathname === '/away') {
+      res.writeHead(302, { location: `http://${req.headers.host}/landed?x=1` }); // as apps build them: from the Host they were sent
+      return void res.end();
+    }
+    if (url.pathname === '/upload') {
+      const hash = createHash('sha256');
+      let bytes = 0;
+      req.on('data', (chunk: Buffer) => (hash.update(chunk), (bytes += chunk.length)));
+      req.on('end', () => res.end(JSON.stringify({ bytes, sha256: hash.digest('hex') })));
+      return;
+    }
+    res.writeHead(200, [['content-type', 'application/json'], ['set-cookie', 'a=1'], ['set-cookie', 'b=2']].flat() as unknown as Record<string, string>);
+    res.end(JSON.stringify({ url: req.url, headers: req.headers }));
+  });
+  const sockets = new WebSocketServer({ server });
+  sockets.on('connection', (ws) => ws.on('message', (data, binary) => ws.send(data, { binary })));
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, port: (server.address() as AddressInfo).port, seen })));
+}
+
+describe('the services proxy', () => {
+  let t: TestService;
+  let account: Account;
+  let key: string;
+  let app: Awaited<ReturnType<typeof startApp>>;
+  let proxy: ServiceProxy;
+  let front: Server;
+  let frontPort: number;
+  let reachable = true;
+  const reach: ServiceReach = {
+    openPort: (_id, port) => new Promise((resolve, reject) => {
+      if (!reachable) return reject(new Error('connect ECONNREFUSED'));
+      const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
+      socket.once('error', reject);
+      void port;
+    }),
+  };
+
+  beforeAll(async () => {
+    app = await startApp();
+    t = await startTestService();
+    account = await createAccount(t);
+    key = await apiKeyFor(t, account);
+    await insertInstance(t, account, 'web', 'running');
+    await insertInstance(t, account, 'off', 'stopped', { desiredState: 'stopped' });
+    proxy = new ServiceProxy(t.services.hostedServices, reach, { warn: () => undefined }, t.config.baseUrl);
+    front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
+    front.on('upgrade', (req, socket, head) => void proxy.upgrade(req, socket, head));
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+    frontPort = (front.address() as AddressInfo).port;
+  });
+  afterAll(async () => {
+    await proxy.close();
+    front.closeAllConnections();
+    front.close();
+    app.server.closeAllConnections();
+    app.server.close();
+    await t.close();
+  });
+
+  async function publish(machine: string, body: object): Promise<{ host: string; url: URL }> {
+    const created = await t.api.post(`/v1/instances/${machine}/services`).set(bearer(key)).send(body).expect(200);
+    const url = new URL(created.body.public_url);
+    return { host: url.host, url };
+  }
+
+  /** A request to the front with the service's Host; the whole answer. */
+  function get(host: string, path: string, headers: Record<string, string> = {}, method = 'GET', body?: Buffer): Promise<{ status: number; headers: IncomingMessage['headers']; raw: string[]; body: Buffer }> {
+    return new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port: frontPort, path, method, headers: { host, ...headers } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, raw: res.rawHeaders, body: Buffer.concat(chunks) }));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  it('sends the app its own Host and the public address in X-Forwarded-*, keeps nothing of the client\'s forwarding, and passes the answer as it came', async () => {
+    const { host } = await publish('web', { name: 'app', port: 5173, access: 'public' });
+    const answer = await get(host, '/some/path?q=1', { 'x-forwarded-for': '6.6.6.6', 'x-forwarded-host': 'evil.example', forwarded: 'for=6.6.6.6', cookie: 'own=1', authorization: 'Bearer app-token' });
+    expect(answer.status).toBe(200);
+    const seen = JSON.parse(answer.body.toString()) as { url: string; headers: Record<string, string> };
+    expect(seen.url).toBe('/some/path?q=1');
+    expect(seen.headers).toMatchObject({ host: 'localhost:5173', 'x-forwarded-host': host, 'x-forwarded-proto': 'http', 'x-forwarded-for': '127.0.0.1', cookie: 'own=1', authorization: 'Bearer app-token' });
+    expect(seen.headers.forwarded).toBeUndefined();
+    expect(seen.headers['x-forwarded-prefix']).toBeUndefined();
+    // Nothing added: no CORS, both cookies as the app set them.
+    expect(Object.keys(answer.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
+    expect(answer.headers['set-cookie']).toEqual(['a=1', 'b=2']);
+  });
+
+  it('streams: server-sent events arrive as the app writes them, a large body byte for byte, an upload as it is sent', async () => {
+    const { host } = await publish('web', { name: 'stream', port: 5174, access: 'public' });
+    const firstAt = await new Promise<{ first: number; end: number; text: string }>((resolve, reject) => {
+      const started = Date.now();
+      let first = 0;
+      let text = '';
+      request({ host: '127.0.0.1', port: frontPort, path: '/events', headers: { host } }, (res) => {
+        res.on('data', (chunk: Buffer) => {
+          if (!first) first = Date.now() - started;
+          text += chunk.toString();
+        });
+        res.on('end', () => resolve({ first, end: Date.now() - started, text }));
+      }).on('error', reject).end();
+    });
+    expect(firstAt.text).toBe('data: first\n\ndata: second\n\n');
+    expect(firstAt.first).toBeLessThan(firstAt.end - 400); // the first event came long before the second
+
+    const big = await get(host, '/big');
+    expect(big.body.length).toBe(16 * 1024 * 1024);
+    expect(big.body.every((byte) => byte === 7)).toBe(true);
+
+    const upload = Buffer.alloc(8 * 1024 * 1024, 3);
+    const stored = await get(host, '/upload', { 'content-type': 'application/octet-stream' }, 'POST', upload);
+    expect(JSON.parse(stored.body.toString())).toEqual({ bytes: upload.length, sha256: createHash('sha256').update(upload).digest('hex') });
+  });
+
+  it('carries WebSocket upgrades both ways', async () => {
+    const { host } = await publish('web', { name: 'sockets', port: 5175, access: 'public' });
+    const ws = new WebSocket(`ws://127.0.0.1:${frontPort}/ws`, { headers: { host } });
+    await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+    const echoed = new Promise<string>((resolve) => ws.once('message', (data) => resolve(String(data))));
+    ws.send('hello through the proxy');
+    expect(await echoed).toBe('hello through the proxy');
+    ws.close();
+  });
+
+  it('makes a redirect to the app\'s own host a redirect to the public one', async () => {
+    const { host, url } = await publish('web', { name: 'moves', port: 5176, access: 'public' });
+    const answer = await get(host, '/away');
+    expect(answer.status).toBe(302);
+    expect(answer.headers.location).toBe(`${url.origin}/landed?x=1`);
+  });
+
+  it('refuses, in pages for people and JSON for scripts: no service, a private one, a stopped machine, a port nothing listens on', async () => {
+    const { host: privateHost } = await publish('web', { name: 'private', port: 5177 });
+    const { host: stoppedHost } = await publish('off', { name: 'app', port: 5178, access: 'public' });
+    const { host: deafHost } = await publish('web', { name: 'deaf', port: 5179, access: 'public' });
+    const unknown = privateHost.replace(/-[a-z2-7]{10}\./, '-aaaaaaaaaa.');
+    const json = async (host: string) => {
+      const answer = await get(host, '/');
+      return { status: answer.status, code: JSON.parse(answer.body.toString()).error.code as string };
+    };
+    expect(await json(unknown)).toEqual({ status: 404, code: 'S10' });
+    expect(await json(`nothing.${privateHost.split('.').slice(1).join('.')}`)).toEqual({ status: 404, code: 'S10' });
+    expect(await json(privateHost)).toEqual({ status: 401, code: 'A01' });
+    expect(await json(stoppedHost)).toEqual({ status: 409, code: 'K03' });
+    reachable = false;
+    try {
+      expect(await json(deafHost)).toEqual({ status: 502, code: 'S13' });
+      const page = await get(deafHost, '/', { 'sec-fetch-mode': 'navigate', accept: 'text/html' });
+      expect(page.status).toBe(502);
+      expect(page.headers['content-type']).toMatch(/^text\/html/);
+      expect(page.body.toString()).toMatch(/Nothing answers on port 5179 in web.*listen on 0\.0\.0\.0 or localhost/s);
+    } finally {
+      reachable = true;
+    }
+  });
+
+  it('is the only thing that answers on a service host: kiste\'s own routes are not there', async () => {
+    const { host } = await publish('off', { name: 'only', port: 5180, access: 'public' });
+    // Through kiste's app: the proxy takes the request (its machine is stopped: K03), never the API.
+    const answer = await t.api.get('/v1/me').set('host', host).set(bearer(key));
+    expect(answer.status).toBe(409);
+    expect(answer.body.error.code).toBe('K03');
+    const stranger = await t.api.get('/v1/me').set('host', `x.${host.split('.').slice(1).join('.')}`).set(bearer(key));
+    expect(stranger.body.error.code).toBe('S10');
+  });
+
+  it('counts the bytes it carried for each service', async () => {
+    await proxy.close();
+    const rows = await t.services.database.prisma.hostedService.findMany({ where: { name: 'stream' } });
+    expect(Number(rows[0]!.bytesOut)).toBeGreaterThan(16 * 1024 * 1024);
+    expect(Number(rows[0]!.bytesIn)).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+  });
+});
+
+describe('the services proxy under paths of an origin of their own', () => {
+  it('strips the service\'s prefix and sends it as X-Forwarded-Prefix; the bare prefix gets its slash', async () => {
+    const app = await startApp();
+    const t = await startTestService({ env: { KISTE_BASE_URL: 'https://kiste.example.com', KISTE_SERVICES_URL: 'https://svc.example.net' } });
+    const reach: ServiceReach = { openPort: () => new Promise((resolve, reject) => {
+      const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
+      socket.once('error', reject);
+    }) };
+    const proxy = new ServiceProxy(t.services.hostedServices, reach, { warn: () => undefined }, t.config.baseUrl);
+    const front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
+    await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+    try {
+      const account = await createAccount(t);
+      await insertInstance(t, account, 'web', 'running');
+      const created = await t.api.post('/v1/instances/web/services').set(bearer(await apiKeyFor(t, account))).send({ name: 'app', port: 3000, access: 'public' }).expect(200);
+      const prefix = created.body.path_prefix as string;
+      const port = (front.address() as AddressInfo).port;
+      const ask = (path: string) => new Promise<{ status: number; location?: string; body: string }>((resolve, reject) => {
+        request({ host: '127.0.0.1', port, path, headers: { host: 'svc.example.net' } }, (res) => {
+          let body = '';
+          res.on('data', (chunk: Buffer) => (body += chunk));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, location: res.headers.location, body }));
+        }).on('error', reject).end();
+      });
+      const answer = await ask(`${prefix}/deep/page?x=1`);
+      const seen = JSON.parse(answer.body) as { url: string; headers: Record<string, string> };
+      expect(seen.url).toBe('/deep/page?x=1');
+      expect(seen.headers).toMatchObject({ 'x-forwarded-prefix': prefix, 'x-forwarded-host': 'svc.example.net', 'x-forwarded-proto': 'https' });
+      expect(await ask(`${prefix}?x=1`)).toMatchObject({ status: 308, location: `${prefix}/?x=1` });
+      expect((await ask('/other')).status).toBe(404); // the services origin serves services only
+    } finally {
+      await proxy.close();
+      front.closeAllConnections();
+      front.close();
+      app.server.closeAllConnections();
+      app.server.close();
+      await t.close();
+    }
+  });
+});
