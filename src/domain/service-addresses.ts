@@ -32,9 +32,14 @@ export function publishedAt(addresses: ServiceAddresses, name: string, key: stri
  */
 export function inServiceSpace(addresses: ServiceAddresses, host: string | undefined): boolean {
   if (!host) return false;
-  const hostname = host.replace(/:\d{1,5}$/, '').toLowerCase();
+  const hostname = hostnameOf(host);
   if (addresses.mode === 'path') return hostname === new URL(addresses.origin).hostname;
-  return hostname.endsWith(`.${addresses.domain}`);
+  return hostname === addresses.domain || hostname.endsWith(`.${addresses.domain}`);
+}
+
+/** A Host header's name as DNS compares it: no port, lower case, no trailing dot (`a.example.com.` is `a.example.com`). */
+export function hostnameOf(host: string): string {
+  return host.replace(/:\d{1,5}$/, '').toLowerCase().replace(/\.+$/, '');
 }
 
 /**
@@ -43,7 +48,7 @@ export function inServiceSpace(addresses: ServiceAddresses, host: string | undef
  */
 export function serviceKeyOf(addresses: ServiceAddresses, host: string | undefined, path: string): string | null {
   if (!host) return null;
-  const hostname = host.replace(/:\d{1,5}$/, '').toLowerCase();
+  const hostname = hostnameOf(host);
   if (addresses.mode === 'path') {
     if (hostname !== new URL(addresses.origin).hostname) return null;
     return new RegExp(`^/s/(${KEY})(?:[/?#]|$)`).exec(path)?.[1] ?? null;

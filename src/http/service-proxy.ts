@@ -4,16 +4,18 @@
 // bodies stream both ways, upgrades (WebSocket) are carried as bytes with no idle cutoff, the app
 // sees `Host: localhost:<port>` and the public address in X-Forwarded-*, and nothing is added to its
 // answers but a Location of its own host turned into the public one.
-import { request as httpRequest, STATUS_CODES, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpRequest, STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import type { HostedServices } from '../domain/hosted-services';
-import { inServiceSpace, serviceKeyOf, type ServiceAddresses } from '../domain/service-addresses';
+import { inServiceSpace, serviceKeyOf } from '../domain/service-addresses';
 import { cameFromUnreachableHost } from '../compute/machine-host';
 import { errorEnvelope, KisteError, retryAfterOf } from '../errors';
 import { ERRORS } from '../generated/errors';
 import { servicePage } from './error-doc-page';
 import { requestIdOf } from './request-id';
+import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
+import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
 
 /** A TCP stream to a machine's port (through its guest agent, wherever it runs). */
 export interface ServiceReach {
@@ -24,24 +26,13 @@ export interface ServiceProxyLogger {
   warn(object: object, message: string): void;
 }
 
-/** Connections open to one service at once; more get 429 L01. */
-export const MAX_CONNECTIONS_PER_SERVICE = 64;
-/** Requests (and upgrades) one service takes a minute; more get 429 L01. */
-export const REQUESTS_PER_MINUTE_PER_SERVICE = 6000;
 const FLUSH_BYTES_MS = 60_000;
 
-/** Headers of one hop only (RFC 9110 7.6.1), never passed on; `upgrade` is passed on an upgrade only. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
-/** What the client says of itself is replaced by what the proxy knows. */
-const FORWARDED = new Set(['forwarded', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-prefix', 'x-real-ip']);
-
 type Resolved = NonNullable<Awaited<ReturnType<HostedServices['resolve']>>>;
-type Target = { resolved: Resolved; path: string; done: () => void };
+type Target = { resolved: Resolved; path: string; slot: ConnectionSlot };
 
 export class ServiceProxy {
-  private readonly connections = new Map<string, number>();
-  private readonly minutes = new Map<string, { startedAt: number; count: number }>();
-  private readonly bytes = new Map<string, { in: number; out: number }>();
+  private readonly limits = new ServiceProxyLimits();
   private readonly flushTimer: NodeJS.Timeout;
 
   constructor(
@@ -63,11 +54,11 @@ export class ServiceProxy {
   async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const target = await this.target(req, (error) => this.answerError(req, res, error));
     if (!target) return;
-    const { resolved, path, done } = target;
+    const { resolved, path, slot } = target;
     const url = req.url ?? '/';
     if (resolved.pathPrefix && (url === resolved.pathPrefix || url.startsWith(`${resolved.pathPrefix}?`))) {
       // The app's relative links need its prefix to end with a slash.
-      done();
+      slot.release();
       res.writeHead(308, { location: `${resolved.pathPrefix}/${url.slice(resolved.pathPrefix.length)}`, 'content-length': 0 });
       return void res.end();
     }
@@ -75,83 +66,116 @@ export class ServiceProxy {
     try {
       guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
     } catch (error) {
-      done();
+      slot.release();
       return this.answerError(req, res, this.unreachable(resolved, error));
     }
-    const count = this.countFor(resolved.service.id);
-    const upstream = httpRequest({ method: req.method, path, headers: this.forwardedHeaders(req, resolved, false), createConnection: () => guest as Socket });
-    let answered = false;
+    const id = resolved.service.id;
+    const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
+    const upstream = httpRequest({ method: req.method, path, headers: requestHeadersForApp(req, service, false), createConnection: () => guest as Socket });
     const end = () => {
       upstream.destroy();
       guest.destroy();
-      done();
+      slot.release();
     };
     res.once('close', end);
     upstream.on('response', (answer) => {
-      answered = true;
-      answer.on('data', (chunk: Buffer) => (count.out += chunk.length));
-      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, this.answerHeaders(answer, resolved));
-      res.flushHeaders(); // a stream's first bytes (server-sent events) go out at once
+      // The app's answer is not trusted to be one Node may send on: a status it cannot write or a
+      // header it refuses ends this request with S13, never the process.
+      try {
+        const status = answer.statusCode ?? 0;
+        if (status < 200 || status > 599) throw new Error(`status ${status}`);
+        res.writeHead(status, answerHeadersForClient(answer.rawHeaders, service));
+        res.flushHeaders(); // a stream's first bytes (server-sent events) go out at once
+      } catch {
+        answer.destroy();
+        this.answerError(req, res, new KisteError('S13', { message: `The app on port ${service.port} answered with what is not an HTTP answer kiste can pass on` }));
+        return end();
+      }
+      answer.on('data', (chunk: Buffer) => this.limits.count(id, 'out', chunk.length));
       pipeline(answer, res, () => end());
     });
     upstream.on('error', () => {
-      if (!answered && !res.headersSent) this.answerError(req, res, new KisteError('S13', { message: `The app on port ${resolved.service.port} closed the connection without an answer` }));
+      if (!res.headersSent) this.answerError(req, res, new KisteError('S13', { message: `The app on port ${service.port} closed the connection without an answer` }));
       else res.destroy();
       end();
     });
-    req.on('data', (chunk: Buffer) => (count.in += chunk.length));
+    req.on('data', (chunk: Buffer) => this.limits.count(id, 'in', chunk.length));
     pipeline(req, upstream, () => undefined);
   }
 
-  /** An upgrade (WebSocket): the request head is written to the guest as it came (Host rewritten) and bytes flow both ways. */
+  /**
+   * An upgrade (WebSocket): the request head goes to the app with its Host rewritten, and only once
+   * the app answers 101 do bytes flow both ways; any other answer is passed back and the connection
+   * ends (a request that never upgrades cannot carry more requests past the proxy's bounds).
+   */
   async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     socket.on('error', () => socket.destroy());
+    if (req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0) {
+      return rawError(socket, new KisteError('P01', { message: 'An upgrade request carries no body' }));
+    }
     const target = await this.target(req, (error) => rawError(socket, error));
     if (!target) return;
-    const { resolved, path, done } = target;
+    const { resolved, path, slot } = target;
     let guest: Duplex;
     try {
       guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
     } catch (error) {
-      done();
+      slot.release();
       return rawError(socket, this.unreachable(resolved, error));
     }
-    if (socket.destroyed) {
-      guest.destroy();
-      return done();
-    }
-    const count = this.countFor(resolved.service.id);
-    const headers = this.forwardedHeaders(req, resolved, true);
-    const lines = [`${req.method} ${path} HTTP/1.1`];
-    for (const [name, value] of Object.entries(headers)) for (const one of [value].flat()) if (one !== undefined) lines.push(`${name}: ${one}`);
-    guest.write(`${lines.join('\r\n')}\r\n\r\n`);
-    if (head.length) guest.write(head);
-    guest.on('data', (chunk: Buffer) => (count.out += chunk.length));
-    socket.on('data', (chunk: Buffer) => (count.in += chunk.length));
+    const id = resolved.service.id;
     let ended = false;
     const end = () => {
       if (ended) return;
       ended = true;
       socket.destroy();
       guest.destroy();
-      done();
+      slot.release();
     };
+    socket.once('close', end);
     guest.on('error', end);
+    if (socket.destroyed) return end();
+    socket.pause();
+    const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
+    guest.write(requestHead(req.method ?? 'GET', path, requestHeadersForApp(req, service, true)));
+    let answer: { status: number; bytes: Buffer };
+    try {
+      answer = await readAnswerHead(guest);
+    } catch {
+      rawError(socket, new KisteError('S13', { message: `The app on port ${service.port} did not answer the upgrade` }));
+      return end();
+    }
+    this.limits.count(id, 'out', answer.bytes.length);
+    socket.write(answer.bytes);
+    if (answer.status !== 101) {
+      // Not upgraded: the rest of its answer, and the connection ends with it.
+      guest.on('data', (chunk: Buffer) => this.limits.count(id, 'out', chunk.length));
+      return void pipeline(guest, socket, end);
+    }
+    if (head.length) guest.write(head);
+    guest.on('data', (chunk: Buffer) => this.limits.count(id, 'out', chunk.length));
+    socket.on('data', (chunk: Buffer) => this.limits.count(id, 'in', chunk.length));
     pipeline(socket, guest, end);
     pipeline(guest, socket, end);
   }
 
-  /** Counts flushed, the timer stopped (shutdown). */
+  /** Counts flushed, the timers stopped (shutdown). */
   async close(): Promise<void> {
     clearInterval(this.flushTimer);
+    this.limits.stop();
     await this.flush();
   }
 
   /**
-   * The service a request is for and the path the app is asked for, with a connection counted
-   * (`done` gives it back); or the refusal answered through `refuse` and null.
+   * The service a request is for and the path the app is asked for, with a connection slot taken
+   * (released when the request ends); or the refusal answered through `refuse` and null.
    */
   private async target(req: IncomingMessage, refuse: (error: KisteError) => void): Promise<Target | null> {
+    const client = req.socket.remoteAddress ?? '';
+    if (!this.limits.clientRequest(client)) {
+      refuse(new KisteError('L01', { message: 'Too many requests to hosted services from this address', retryAfterSeconds: 30 }));
+      return null;
+    }
     const addresses = this.services.publishedIn!;
     const url = req.url ?? '/';
     const key = serviceKeyOf(addresses, req.headers.host, url);
@@ -165,88 +189,31 @@ export class ServiceProxy {
       return null;
     }
     if (resolved.instance.status !== 'running') {
-      refuse(new KisteError('K03', { message: `The machine ${resolved.instance.name} that serves this address is not running`, hint: 'Its owner can resume it.' }));
+      refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: 'Its owner can resume it.' }));
       return null;
     }
-    const id = resolved.service.id;
-    if (!this.takeRequest(id) || (this.connections.get(id) ?? 0) >= MAX_CONNECTIONS_PER_SERVICE) {
+    const slot = this.limits.connect(resolved.service.id, client);
+    if (!slot) {
       refuse(new KisteError('L01', { message: 'This service takes no more requests right now', retryAfterSeconds: 5 }));
       return null;
     }
-    this.connections.set(id, (this.connections.get(id) ?? 0) + 1);
-    let given = false;
-    const done = () => {
-      if (given) return;
-      given = true;
-      const left = (this.connections.get(id) ?? 1) - 1;
-      if (left > 0) this.connections.set(id, left);
-      else this.connections.delete(id);
-    };
-    return { resolved, path: appPath(addresses, url, resolved.pathPrefix), done };
-  }
-
-  private takeRequest(id: string): boolean {
-    const now = Date.now();
-    const minute = this.minutes.get(id);
-    if (!minute || now - minute.startedAt >= 60_000) {
-      this.minutes.set(id, { startedAt: now, count: 1 });
-      return true;
-    }
-    return ++minute.count <= REQUESTS_PER_MINUTE_PER_SERVICE;
+    return { resolved, path: appPath(url, resolved.pathPrefix), slot };
   }
 
   private unreachable(resolved: Resolved, error: unknown): KisteError {
     if (cameFromUnreachableHost(error)) return new KisteError('N01');
-    return new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in ${resolved.instance.name}` });
-  }
-
-  /** The request's headers as the app gets them. */
-  private forwardedHeaders(req: IncomingMessage, resolved: Resolved, upgrade: boolean): IncomingHttpHeaders {
-    const headers: IncomingHttpHeaders = {};
-    for (const [name, value] of Object.entries(req.headers)) {
-      if (FORWARDED.has(name) || name === 'host') continue;
-      if (HOP_BY_HOP.has(name) && !(upgrade && name === 'upgrade')) continue;
-      headers[name] = value;
-    }
-    const publicUrl = new URL(resolved.publicUrl);
-    headers.host = `localhost:${resolved.service.port}`;
-    headers['x-forwarded-host'] = publicUrl.host;
-    headers['x-forwarded-proto'] = publicUrl.protocol.slice(0, -1);
-    headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
-    if (resolved.pathPrefix) headers['x-forwarded-prefix'] = resolved.pathPrefix;
-    headers.connection = upgrade ? 'Upgrade' : 'close';
-    return headers;
-  }
-
-  /** The app's answer headers as they came (duplicates and case kept), less hop-by-hop ones; a Location on its own host names the public one. */
-  private answerHeaders(answer: IncomingMessage, resolved: Resolved): string[] {
-    const raw = answer.rawHeaders;
-    const headers: string[] = [];
-    const own = `http://localhost:${resolved.service.port}`;
-    for (let i = 0; i + 1 < raw.length; i += 2) {
-      const name = raw[i]!;
-      let value = raw[i + 1]!;
-      if (HOP_BY_HOP.has(name.toLowerCase())) continue;
-      if (name.toLowerCase() === 'location') {
-        if (value.startsWith(`${own}/`) || value === own) value = new URL(value.slice(own.length) || '/', resolved.publicUrl.replace(/\/$/, '') + '/').href;
-        else if (value.startsWith('/') && !value.startsWith('//') && resolved.pathPrefix) value = `${resolved.pathPrefix}${value}`;
-      }
-      headers.push(name, value);
-    }
-    return headers;
-  }
-
-  private countFor(id: string): { in: number; out: number } {
-    let count = this.bytes.get(id);
-    if (!count) this.bytes.set(id, (count = { in: 0, out: 0 }));
-    return count;
+    return new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` });
   }
 
   private async flush(): Promise<void> {
-    if (this.bytes.size === 0) return;
-    const counts = new Map(this.bytes);
-    this.bytes.clear();
-    await this.services.countBytes(counts).catch((error: Error) => this.logger.warn({ err: error.message }, 'bytes carried for hosted services could not be counted'));
+    const counts = this.limits.takeCounts();
+    if (counts.size === 0) return;
+    try {
+      await this.services.countBytes(counts);
+    } catch (error) {
+      this.limits.putBack(counts); // counted at the next flush
+      this.logger.warn({ err: (error as Error).message }, 'bytes carried for hosted services could not be counted yet');
+    }
   }
 
   private answerError(req: IncomingMessage, res: ServerResponse, error: KisteError): void {
@@ -266,11 +233,34 @@ export class ServiceProxy {
   }
 }
 
-/** The path the app is asked for: in path mode without its `/s/<key>` prefix (sent as X-Forwarded-Prefix instead). */
-function appPath(addresses: ServiceAddresses, url: string, prefix: string): string {
-  if (addresses.mode !== 'path' || !prefix) return url;
-  const rest = url.slice(prefix.length);
-  return rest.startsWith('/') ? rest : `/${rest}`;
+/** Largest answer head an app may send to an upgrade. */
+const MAX_ANSWER_HEAD_BYTES = 32 * 1024;
+const ANSWER_HEAD_MS = 10_000;
+
+/** The app's answer head to an upgrade (its status and its bytes, the head and whatever came with it), bounded in size and time. */
+function readAnswerHead(guest: Duplex): Promise<{ status: number; bytes: Buffer }> {
+  return new Promise((resolve, reject) => {
+    let bytes = Buffer.alloc(0);
+    const timer = setTimeout(() => finish(new Error('no answer in time')), ANSWER_HEAD_MS);
+    const finish = (error: Error | null, status = 0) => {
+      clearTimeout(timer);
+      guest.off('data', onData);
+      guest.off('end', onEnd);
+      guest.pause();
+      if (error) reject(error);
+      else resolve({ status, bytes });
+    };
+    const onData = (chunk: Buffer) => {
+      bytes = Buffer.concat([bytes, chunk]);
+      const end = bytes.indexOf('\r\n\r\n');
+      if (end < 0) return bytes.length > MAX_ANSWER_HEAD_BYTES ? finish(new Error('answer head too large')) : undefined;
+      const status = /^HTTP\/1\.[01] (\d{3})[ \r]/.exec(bytes.subarray(0, Math.min(end + 2, 64)).toString('latin1'));
+      finish(status ? null : new Error('not an HTTP answer'), Number(status?.[1] ?? 0));
+    };
+    const onEnd = () => finish(new Error('closed before answering'));
+    guest.on('data', onData);
+    guest.once('end', onEnd);
+  });
 }
 
 /** A page for a person (a navigation), JSON for a script. */

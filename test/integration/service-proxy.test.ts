@@ -37,6 +37,15 @@ function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessa
       res.writeHead(302, { location: `http://${req.headers.host}/landed?x=1` }); // as apps build them: from the Host they were sent
       return void res.end();
     }
+    if (url.pathname === '/bad-status') return void req.socket.end('HTTP/1.1 099 odd\r\ncontent-length: 0\r\n\r\n');
+    if (url.pathname === '/bad-location') {
+      res.writeHead(302, { location: `http://${req.headers.host}//[` });
+      return void res.end();
+    }
+    if (url.pathname === '/origin-wide') {
+      res.writeHead(200, { 'service-worker-allowed': '/', 'clear-site-data': '"cookies"', 'content-length': 2 });
+      return void res.end('ok');
+    }
     if (url.pathname === '/upload') {
       const hash = createHash('sha256');
       let bytes = 0;
@@ -161,6 +170,38 @@ describe('the services proxy', () => {
     ws.close();
   });
 
+  it('keeps one request one request: a chunked body is passed chunked, an upgrade the app refuses carries nothing after it', async () => {
+    const { host } = await publish('web', { name: 'framing', port: 5181, access: 'public' });
+    const smuggled = 'GET /smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n';
+    const raw = (text: string) => new Promise<string>((resolve) => {
+      const socket = connect(frontPort, '127.0.0.1', () => socket.write(text));
+      setTimeout(() => socket.destroy(), 3000);
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', () => resolve(answer));
+    });
+    const before = app.seen.length;
+    const chunked = await raw(`GET /one HTTP/1.1\r\nHost: ${host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`);
+    expect(chunked).toMatch(/^HTTP\/1\.1 200/);
+    const refused = await raw(`GET /ws HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: not-a-protocol\r\n\r\n${smuggled}`);
+    expect(refused).toMatch(/^HTTP\/1\.1 4\d\d/);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(app.seen.slice(before).map((req) => req.url)).toEqual(['/one']);
+  });
+
+  it('survives an app that answers what is not HTTP it can pass on (S13), and a Location it cannot parse', async () => {
+    const { host, url } = await publish('web', { name: 'odd', port: 5182, access: 'public' });
+    const odd = await get(host, '/bad-status');
+    expect(odd.status).toBe(502);
+    expect(JSON.parse(odd.body.toString()).error.code).toBe('S13');
+    const location = await get(host, '/bad-location');
+    expect(location.status).toBe(302);
+    expect(location.headers.location!.startsWith(url.origin)).toBe(true);
+    // Still serving, and a host written with its trailing dot is the same host.
+    expect((await get(`${url.hostname}.:${url.port}`, '/')).status).toBe(200);
+  });
+
   it('makes a redirect to the app\'s own host a redirect to the public one', async () => {
     const { host, url } = await publish('web', { name: 'moves', port: 5176, access: 'public' });
     const answer = await get(host, '/away');
@@ -187,7 +228,7 @@ describe('the services proxy', () => {
       const page = await get(deafHost, '/', { 'sec-fetch-mode': 'navigate', accept: 'text/html' });
       expect(page.status).toBe(502);
       expect(page.headers['content-type']).toMatch(/^text\/html/);
-      expect(page.body.toString()).toMatch(/Nothing answers on port 5179 in web.*listen on 0\.0\.0\.0 or localhost/s);
+      expect(page.body.toString()).toMatch(/Nothing answers on port 5179 in the machine.*listen on 0\.0\.0\.0 or localhost/s);
     } finally {
       reachable = true;
     }
@@ -240,6 +281,11 @@ describe('the services proxy under paths of an origin of their own', () => {
       expect(seen.url).toBe('/deep/page?x=1');
       expect(seen.headers).toMatchObject({ 'x-forwarded-prefix': prefix, 'x-forwarded-host': 'svc.example.net', 'x-forwarded-proto': 'https' });
       expect(await ask(`${prefix}?x=1`)).toMatchObject({ status: 308, location: `${prefix}/?x=1` });
+      // Services share the origin here: nothing that reaches beyond the service's path is passed.
+      const wide = await new Promise<IncomingMessage['headers']>((resolve, reject) => {
+        request({ host: '127.0.0.1', port, path: `${prefix}/origin-wide`, headers: { host: 'svc.example.net' } }, (res) => (res.resume(), resolve(res.headers))).on('error', reject).end();
+      });
+      expect({ sw: wide['service-worker-allowed'], clear: wide['clear-site-data'] }).toEqual({ sw: undefined, clear: undefined });
       expect((await ask('/other')).status).toBe(404); // the services origin serves services only
     } finally {
       await proxy.close();

@@ -1,0 +1,157 @@
+// Hosted services with a real guest and real Chromium (issue 23): a dev server in the machine (Node,
+// as the minimal image runs its agent with it) that checks its Host as Vite does, serves a page whose
+// script talks WebSocket and reads server-sent events, and a 64 MiB download. Published as a public
+// service under *.localhost (the default on a loopback listener), the page loads in Chromium through
+// the proxy and its WebSocket and SSE work; the download streams byte for byte while the service's
+// memory stays flat; the status follows the port; a private service answers an anonymous fetch 401.
+import { request } from 'node:http';
+import type { Page } from 'playwright-core';
+import { screenshot, watchedPage } from '../support/browser';
+import { ConsoleRig, startConsole } from '../support/console';
+import { guestRun } from '../support/guest';
+import { apiKeyFor, bearer, createAccount } from '../support/harness';
+import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+
+jest.setTimeout(600_000);
+
+const PORT = 5173;
+const BIG_BYTES = 64 * 1024 * 1024;
+
+/** The app in the guest: Node's http only (no packages), one file. */
+const APP = String.raw`
+const http = require('http');
+const crypto = require('crypto');
+const PORT = ${PORT};
+const page = '<!doctype html><html><head><title>guest app</title></head><body><h1>A dev server in the guest</h1>' +
+  '<p id="ws">ws: waiting</p><p id="sse">sse: waiting</p><script>' +
+  'const base = location.pathname.replace(/[^/]*$/, "");' +
+  'const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + base + "ws");' +
+  'ws.onopen = () => ws.send("ping from the browser");' +
+  'ws.onmessage = (e) => { document.getElementById("ws").textContent = "ws: " + e.data; };' +
+  'const events = new EventSource(base + "events"); let n = 0;' +
+  'events.onmessage = (e) => { n++; document.getElementById("sse").textContent = "sse: " + n + " " + e.data; if (n === 3) events.close(); };' +
+  '</script></body></html>';
+const server = http.createServer((req, res) => {
+  // As Vite's dev server: a request for another host is refused.
+  if (req.headers.host !== 'localhost:' + PORT) { res.writeHead(403); return res.end('Blocked request. This host is not allowed.'); }
+  if (req.url === '/') { res.writeHead(200, { 'content-type': 'text/html' }); return res.end(page); }
+  if (req.url === '/events') {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    let i = 0;
+    const timer = setInterval(() => { i++; res.write('data: tick ' + i + '\n\n'); if (i === 3) { clearInterval(timer); res.end(); } }, 300);
+    return;
+  }
+  if (req.url === '/big') {
+    const chunk = Buffer.alloc(1024 * 1024, 120);
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': ${BIG_BYTES} });
+    let sent = 0;
+    const more = () => { while (sent < ${BIG_BYTES}) { sent += chunk.length; if (!res.write(chunk)) return res.once('drain', more); } res.end(); };
+    return more();
+  }
+  res.writeHead(404); res.end();
+});
+server.on('upgrade', (req, socket) => {
+  const accept = crypto.createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ' + accept + '\r\n\r\n');
+  socket.on('data', (frame) => {
+    if ((frame[0] & 0x0f) !== 1) return; // one short masked text frame from the browser, echoed unmasked
+    const length = frame[1] & 0x7f;
+    const mask = frame.subarray(2, 6);
+    const text = 'echo: ' + Buffer.from(frame.subarray(6, 6 + length).map((byte, i) => byte ^ mask[i % 4])).toString();
+    socket.write(Buffer.concat([Buffer.from([0x81, Buffer.byteLength(text)]), Buffer.from(text)]));
+  });
+  socket.on('error', () => undefined);
+});
+server.listen(PORT, '0.0.0.0');
+`;
+
+describe('hosted services with a real guest', () => {
+  let rig: ConsoleRig;
+  let key: string;
+  let instanceId: string;
+  let page: Page;
+
+  const service = async (name: string) => (await rig.t.api.get(`/v1/instances/box/services/${name}`).set(bearer(key)).expect(200)).body as { status: string; public_url: string };
+
+  beforeAll(async () => {
+    await ensureTestImage();
+    // Machines in a kiste-worker, as `npm start` runs them; the services' proxy in the service.
+    rig = await startConsole({ compute: 'worker', env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' } });
+    expect(await rig.t.services.machineHost.refreshImage('minimal')).not.toBeNull();
+    const account = await createAccount(rig.t);
+    key = await apiKeyFor(rig.t, account);
+    const created = await rig.t.api.post('/v1/instances').set(bearer(key))
+      .send({ name: 'box', profile: 'desktop', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste' })
+      .expect(200);
+    instanceId = created.body.id;
+    page = (await watchedPage(rig.browser)).page;
+  }, 600_000);
+  afterAll(async () => {
+    if (!rig) return;
+    for (const id of await rig.t.services.machineHost.knownMachineIds()) await rig.t.services.machineHost.destroy(id).catch(() => undefined);
+    await rig.close();
+  });
+
+  it('publishes the dev server: unreachable until it listens, then active; the page loads in Chromium and its WebSocket and SSE work', async () => {
+    await rig.t.api.post('/v1/instances/box/services').set(bearer(key)).send({ name: 'app', port: PORT, access: 'public' }).expect(200);
+    expect((await service('app')).status).toBe('unreachable');
+    const started = await guestRun(rig.t, instanceId, `cat > /tmp/app.js <<'APP'\n${APP}\nAPP\nsetsid node /tmp/app.js > /tmp/app.log 2>&1 < /dev/null & echo started`);
+    expect(started.stdout.trim()).toBe('started');
+    let app = await service('app');
+    for (const deadline = Date.now() + 60_000; app.status !== 'active' && Date.now() < deadline; app = await service('app')) await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(app.status).toBe('active');
+    expect(app.public_url).toMatch(/^http:\/\/app-[a-z2-7]{10}\.localhost:\d+\/$/);
+    // The app refuses any Host but its own, as Vite does: the proxy's rewrite is what lets the page in.
+    const direct = await guestRun(rig.t, instanceId, `node -e "require('http').get({ host: '127.0.0.1', port: ${PORT}, headers: { host: '${new URL(app.public_url).host}' } }, (res) => console.log(res.statusCode))"`);
+    expect(direct.stdout.trim()).toBe('403');
+
+    await page.goto(app.public_url);
+    await page.getByText('A dev server in the guest').waitFor({ timeout: 30_000 });
+    await page.getByText('ws: echo: ping from the browser').waitFor({ timeout: 30_000 });
+    await page.getByText('sse: 3 tick 3').waitFor({ timeout: 30_000 });
+    expect(page.url()).toBe(app.public_url);
+    await screenshot(page, 'hosted-service-page');
+  });
+
+  it('streams a 64 MiB download byte for byte, the service\'s memory flat', async () => {
+    const host = new URL((await service('app')).public_url).host;
+    const port = Number(new URL(rig.url).port);
+    const rssBefore = process.memoryUsage().rss;
+    let peak = rssBefore;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 50);
+    try {
+      const received = await new Promise<{ bytes: number; allX: boolean }>((resolve, reject) => {
+        request({ host: '127.0.0.1', port, path: '/big', headers: { host } }, (res) => {
+          let bytes = 0;
+          let allX = res.statusCode === 200;
+          res.on('data', (chunk: Buffer) => {
+            bytes += chunk.length;
+            if (allX && !chunk.every((byte) => byte === 120)) allX = false;
+          });
+          res.on('end', () => resolve({ bytes, allX }));
+        }).on('error', reject).end();
+      });
+      expect(received).toEqual({ bytes: BIG_BYTES, allX: true });
+    } finally {
+      clearInterval(sampler);
+    }
+    // Streamed, not held: the process grew by far less than what went through it.
+    expect(peak - rssBefore).toBeLessThan(BIG_BYTES / 2);
+  });
+
+  it('keeps a private service from an anonymous fetch (401 JSON) and a person (a page)', async () => {
+    const created = await rig.t.api.post('/v1/instances/box/services').set(bearer(key)).send({ name: 'secret', port: PORT + 1 }).expect(200);
+    expect(created.body.access).toBe('account');
+    const direct = await new Promise<{ status: number; code: string }>((resolve, reject) => {
+      request({ host: '127.0.0.1', port: Number(new URL(rig.url).port), path: '/data', headers: { host: new URL(created.body.public_url).host } }, (res) => {
+        let body = '';
+        res.on('data', (chunk: Buffer) => (body += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, code: JSON.parse(body).error.code }));
+      }).on('error', reject).end();
+    });
+    expect(direct).toEqual({ status: 401, code: 'A01' });
+    await page.goto(created.body.public_url);
+    await page.getByText('This service is private to its account').waitFor({ timeout: 10_000 });
+    await screenshot(page, 'hosted-service-private');
+  });
+});
