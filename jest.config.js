@@ -20,11 +20,13 @@ const base = {
 // upgrades (operations). The database work they touch on is proved on both databases by the
 // integration suites (instances, images and builds, device keys, tunnels and usage, desktop links
 // and sessions) and by the machine suites that stay on both (lifecycle, recovery, checkpoints,
-// environments, images, create rules). The local worker (local-worker) is the process split. The first start runs the README's way, on its default
+// environments, images, create rules). The local worker (local-worker) is the process split; the
+// hosted services' proxy with a real guest (hosted-services) has its records proved by the
+// integration suites on both. The first start runs the README's way, on its default
 // database (SQLite in the data folder).
 const ONE_DATABASE = [
   '<rootDir>/test/(unit|agent|compute|images)/',
-  '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|recovery-midway|worker-machines|worker-display|local-worker)\\.test\\.ts$',
+  '<rootDir>/test/machines/(isolation|boot-snapshots|first-start|hostile-guest|image-layers|remote-access|operations|recovery-midway|worker-machines|worker-display|local-worker|hosted-services)\\.test\\.ts$',
   '<rootDir>/test/integration/(worker-process|worker-tls)\\.test\\.ts$', // no database: the worker never opens one
   '<rootDir>/test/console/desktop-viewer\\.test\\.ts$',
 ];
