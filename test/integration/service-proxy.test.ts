@@ -61,6 +61,16 @@ function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessa
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, port: (server.address() as AddressInfo).port, seen })));
 }
 
+/** The proxy's counts flushed, the servers closed with their connections, the service stopped. */
+async function stopAll(proxy: ServiceProxy, servers: Server[], t: TestService): Promise<void> {
+  await proxy.close();
+  for (const server of servers) {
+    server.closeAllConnections();
+    server.close();
+  }
+  await t.close();
+}
+
 describe('the services proxy', () => {
   let t: TestService;
   let account: Account;
@@ -92,14 +102,7 @@ describe('the services proxy', () => {
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
     frontPort = (front.address() as AddressInfo).port;
   });
-  afterAll(async () => {
-    await proxy.close();
-    front.closeAllConnections();
-    front.close();
-    app.server.closeAllConnections();
-    app.server.close();
-    await t.close();
-  });
+  afterAll(() => stopAll(proxy, [front, app.server], t));
 
   async function publish(machine: string, body: object): Promise<{ host: string; url: URL }> {
     const created = await t.api.post(`/v1/instances/${machine}/services`).set(bearer(key)).send(body).expect(200);
@@ -288,12 +291,7 @@ describe('the services proxy under paths of an origin of their own', () => {
       expect({ sw: wide['service-worker-allowed'], clear: wide['clear-site-data'] }).toEqual({ sw: undefined, clear: undefined });
       expect((await ask('/other')).status).toBe(404); // the services origin serves services only
     } finally {
-      await proxy.close();
-      front.closeAllConnections();
-      front.close();
-      app.server.closeAllConnections();
-      app.server.close();
-      await t.close();
+      await stopAll(proxy, [front, app.server], t);
     }
   });
 });
