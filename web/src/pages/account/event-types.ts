@@ -21,13 +21,20 @@ const RESOURCE_LABELS: Record<ResourceType, string> = {
   account: 'Account',
   image: 'Images',
   environment: 'Environments',
+  hosted_service: 'Hosted services',
 };
+
+/** What an event type is about: the part before the dot, but for the services' events (`service.*`, about a hosted_service). */
+function resourceOf(type: EventType): string {
+  const prefix = type.split('.')[0]!;
+  return prefix === 'service' ? 'hosted_service' : prefix;
+}
 
 export function resourceLabel(type: ResourceType): string {
   return RESOURCE_LABELS[type];
 }
 
-/** Event types by what they are about (the part before the dot), in the spec's order. */
+/** Event types by what they are about, in the spec's order. */
 export function eventTypeGroups(): { resource: ResourceType; types: EventType[] }[] {
-  return RESOURCE_TYPES.map((resource) => ({ resource, types: EVENT_TYPES.filter((type) => type.split('.')[0] === resource) })).filter((group) => group.types.length > 0);
+  return RESOURCE_TYPES.map((resource) => ({ resource, types: EVENT_TYPES.filter((type) => resourceOf(type) === resource) })).filter((group) => group.types.length > 0);
 }
