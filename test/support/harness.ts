@@ -114,7 +114,11 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     api,
     databaseUrl: database.url,
     async close() {
+      await services.serviceProxy.close();
       await services.compute.inProcess?.machineJail.unloadFirewall();
+      // Agent clients of machines this service looked at (a status probe of a row with no guest
+      // behind it) would try to reconnect for ever and keep the test process alive.
+      services.compute.inProcess?.machineHost.detachAll();
       if (config.compute === 'worker') {
         await services.compute.stop(); // its machines' network rules stay, as the service leaves them
         await new Promise((resolve) => execFile('nft', ['delete', 'table', 'inet', egressTable(config.machineUidBase)], resolve));
