@@ -2,7 +2,7 @@
 // it would share a host with kiste's own addresses (a published app's JavaScript must never run on
 // the console's origin, nor may its cookies reach it).
 import { ConfigError } from './config';
-import type { ServiceAddresses } from './domain/service-addresses';
+import { hostnameOf, withinDomain, type ServiceAddresses } from './domain/service-addresses';
 
 const DOMAIN = /^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 
@@ -16,12 +16,12 @@ export function serviceAddressesOf(env: NodeJS.ProcessEnv, own: { baseUrl: strin
   const url = env.KISTE_SERVICES_URL?.trim();
   if (domain && url) throw new ConfigError('set KISTE_SERVICES_DOMAIN or KISTE_SERVICES_URL, not both');
   const base = new URL(own.baseUrl);
-  const ownHosts = [own.baseUrl, own.consoleUrl, own.desktopUrl].map((address) => new URL(address).hostname.toLowerCase().replace(/\.+$/, ''));
+  const ownHosts = [own.baseUrl, own.consoleUrl, own.desktopUrl].map((address) => hostnameOf(new URL(address).hostname));
   const portOf = (address: URL) => (address.port ? Number(address.port) : null);
   const scheme = base.protocol === 'https:' ? 'https' : 'http';
   if (domain) {
     if (!DOMAIN.test(domain)) throw new ConfigError(`KISTE_SERVICES_DOMAIN must be a DNS name such as svc.example.com, got "${domain}"`);
-    const clash = ownHosts.find((host) => host === domain || host.endsWith(`.${domain}`));
+    const clash = ownHosts.find((host) => withinDomain(host, domain));
     if (clash) throw new ConfigError(`KISTE_SERVICES_DOMAIN ${domain} holds ${clash}, an address of kiste's own: published apps would share its site (choose a domain of their own, e.g. svc.${domain})`);
     refuseSharedSite('KISTE_SERVICES_DOMAIN', domain, ownHosts, scheme);
     return { mode: 'subdomain', scheme, domain, port: portOf(base) };
@@ -36,8 +36,8 @@ export function serviceAddressesOf(env: NodeJS.ProcessEnv, own: { baseUrl: strin
     if (!['http:', 'https:'].includes(origin.protocol) || origin.pathname !== '/' || origin.search || origin.hash || origin.username || origin.password) {
       throw new ConfigError(`KISTE_SERVICES_URL must be an origin such as https://svc.example.net (no path), got "${url}"`);
     }
-    const host = origin.hostname.toLowerCase().replace(/\.+$/, '');
-    const clash = ownHosts.find((own) => own === host || own.endsWith(`.${host}`));
+    const host = hostnameOf(origin.hostname);
+    const clash = ownHosts.find((own) => withinDomain(own, host));
     if (clash) {
       throw new ConfigError(`KISTE_SERVICES_URL ${origin.origin} is on a host of kiste's own or above one (${clash}): published apps would run on its site (use a host name of their own)`);
     }

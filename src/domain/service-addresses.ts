@@ -34,7 +34,12 @@ export function inServiceSpace(addresses: ServiceAddresses, host: string | undef
   if (!host) return false;
   const hostname = hostnameOf(host);
   if (addresses.mode === 'path') return hostname === new URL(addresses.origin).hostname;
-  return hostname === addresses.domain || hostname.endsWith(`.${addresses.domain}`);
+  return withinDomain(hostname, addresses.domain);
+}
+
+/** Whether a host name is the domain itself or a name under it. */
+export function withinDomain(hostname: string, domain: string): boolean {
+  return hostname === domain || hostname.endsWith(`.${domain}`);
 }
 
 /** A Host header's name as DNS compares it: no port, lower case, no trailing dot (`a.example.com.` is `a.example.com`). */

@@ -62,13 +62,8 @@ export class ServiceProxy {
       res.writeHead(308, { location: `${resolved.pathPrefix}/${url.slice(resolved.pathPrefix.length)}`, 'content-length': 0 });
       return void res.end();
     }
-    let guest: Duplex;
-    try {
-      guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
-    } catch (error) {
-      slot.release();
-      return this.answerError(req, res, this.unreachable(resolved, error));
-    }
+    const guest = await this.openGuest(resolved, slot, (error) => this.answerError(req, res, error));
+    if (!guest) return;
     const id = resolved.service.id;
     const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
     const upstream = httpRequest({ method: req.method, path, headers: requestHeadersForApp(req, service, false), createConnection: () => guest as Socket });
@@ -116,13 +111,8 @@ export class ServiceProxy {
     const target = await this.target(req, (error) => rawError(socket, error));
     if (!target) return;
     const { resolved, path, slot } = target;
-    let guest: Duplex;
-    try {
-      guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
-    } catch (error) {
-      slot.release();
-      return rawError(socket, this.unreachable(resolved, error));
-    }
+    const guest = await this.openGuest(resolved, slot, (error) => rawError(socket, error));
+    if (!guest) return;
     const id = resolved.service.id;
     let ended = false;
     const end = () => {
@@ -200,9 +190,15 @@ export class ServiceProxy {
     return { resolved, path: appPath(url, resolved.pathPrefix), slot };
   }
 
-  private unreachable(resolved: Resolved, error: unknown): KisteError {
-    if (cameFromUnreachableHost(error)) return new KisteError('N01');
-    return new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` });
+  /** A stream to the service's port; when none can be had, the slot is given back, the reason answered through `refuse`, and null. */
+  private async openGuest(resolved: Resolved, slot: ConnectionSlot, refuse: (error: KisteError) => void): Promise<Duplex | null> {
+    try {
+      return await this.reach.openPort(resolved.instance.id, resolved.service.port);
+    } catch (error) {
+      slot.release();
+      refuse(cameFromUnreachableHost(error) ? new KisteError('N01') : new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` }));
+      return null;
+    }
   }
 
   private async flush(): Promise<void> {
