@@ -17,13 +17,14 @@ export interface ConsoleRig {
   close(): Promise<void>;
 }
 
-export async function startConsole(options: TestServiceOptions = {}): Promise<ConsoleRig> {
+/** `envAt`: settings that name the console's own address (chosen here, before the service starts). */
+export async function startConsole(options: TestServiceOptions & { envAt?: (url: string) => NodeJS.ProcessEnv } = {}): Promise<ConsoleRig> {
   const browser = await launchChromium();
   // The service's base URL is the address it is reached at (desktop links and other absolute URLs
   // name it), so the port is chosen before the service starts.
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const t = await startTestService({ ...options, env: { KISTE_BASE_URL: url, ...options.env } });
+  const t = await startTestService({ ...options, env: { KISTE_BASE_URL: url, ...options.env, ...options.envAt?.(url) } });
   const server: Server = createServer(t.app);
   const sockets = serveWebSockets(server, t.app);
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
