@@ -7,6 +7,7 @@ export const handler: Handler<'RevokeAllSessions'> = async ({ auth, services }) 
   services.sshTunnels.closeAccount(auth.accountId);
   services.terminals.closeAccount(auth.accountId);
   await services.desktops.closeAccount(auth.accountId);
+  await services.serviceAccess.endForAccount(auth.accountId); // private services' cookies and tokens
   return {
     status: 200,
     body: {

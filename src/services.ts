@@ -78,6 +78,8 @@ import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 import { HostedServices } from './domain/hosted-services';
 import { HostedServiceStore } from './store/hosted-services';
+import { ServiceAccessGate } from './domain/service-access';
+import { ServiceCredentialStore } from './store/service-credentials';
 import { ServiceProxy } from './http/service-proxy';
 
 /** Memory a one-box host keeps for itself beside its machines. */
@@ -98,6 +100,7 @@ export interface Services {
   apiTokens: ApiTokens;
   deviceKeys: DeviceKeys;
   hostedServices: HostedServices;
+  serviceAccess: ServiceAccessGate;
   /** Requests for published services, before anything of kiste's (src/http/service-proxy.ts). */
   serviceProxy: ServiceProxy;
   oauth: OAuth;
@@ -253,8 +256,10 @@ export function createServices(config: Config, database: Database, options: Serv
   const alerts = new Alerts(transactions, alertStore, stores.accounts, clock, mailSender !== null,
     new AlertOutbox(alertStore, mailSender, clock, { baseUrl: config.baseUrl }, logger),
     new AlertChecks(transactions, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
-  const hostedServices = new HostedServices(transactions, new HostedServiceStore(db), stores.accounts, instances,
+  const hostedServiceStore = new HostedServiceStore(db);
+  const hostedServices = new HostedServices(transactions, hostedServiceStore, stores.accounts, instances,
     { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock);
+  const serviceAccess = new ServiceAccessGate(new ServiceCredentialStore(db), hostedServiceStore, config.services, (token) => credentials.authenticateBearer(token), clock);
   return {
     config,
     metrics,
@@ -270,7 +275,9 @@ export function createServices(config: Config, database: Database, options: Serv
     apiTokens: new ApiTokens(transactions, stores.apiTokens, stores.accounts, limits, clock),
     deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
     hostedServices,
-    serviceProxy: new ServiceProxy(hostedServices, { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) }, logger, config.baseUrl),
+    serviceAccess,
+    serviceProxy: new ServiceProxy(hostedServices, serviceAccess, { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) },
+      logger, config.baseUrl, config.consoleUrl),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),

@@ -86,6 +86,11 @@ export class HostedServices {
     return this.view(await this.find(accountId, instance, name), instance);
   }
 
+  /** The account's service of a machine, as stored (S10 when there is none). */
+  async owned(accountId: string, machineName: string, name: string): Promise<HostedService> {
+    return this.find(accountId, await this.machines.get(accountId, machineName), name);
+  }
+
   async delete(accountId: string, machineName: string, name: string): Promise<HostedService> {
     const instance = await this.machines.get(accountId, machineName);
     const service = await this.find(accountId, instance, name);

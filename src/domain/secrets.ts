@@ -10,6 +10,9 @@ export const TOKEN_PREFIX = {
   browserId: 'kiste_brw_',
   oauthCode: 'kiste_code_',
   exportToken: 'kiste_exp_',
+  serviceCode: 'kiste_svcc_',
+  serviceCookie: 'kiste_svck_',
+  serviceToken: 'kiste_svct_',
 } as const;
 
 export function newId(): string {

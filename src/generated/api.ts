@@ -1234,6 +1234,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/instances/{name}/services/{service}/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A short-lived token for a private service (WebSockets and other clients without cookies)
+         * @description For a service with `access: account`: a token that lets one client in for 5 minutes, sent as
+         *     the query parameter `kiste_token` (the proxy checks it and strips it before the request
+         *     reaches the app). Made for WebSocket clients outside a browser that cannot send an
+         *     `Authorization` header; scripts can instead send `Authorization: Bearer <API key>` of the
+         *     owner's account, and browsers get a cookie through the console. A token may be used for
+         *     several connections until it expires; it is not shown again.
+         */
+        post: operations["CreateServiceToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/instances/{name}/setup": {
         parameters: {
             query?: never;
@@ -1460,6 +1485,32 @@ export interface paths {
         get: operations["GetRuntimeImage"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/services/{service_id}/access": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Let the signed-in browser into a private service (console)
+         * @description Posted by the console page a private service's proxy sends a browser to
+         *     (`/console/services/authorize?service=<id>&return=<path>`), with the session's CSRF token.
+         *     For a service of the signed-in account it answers where the browser goes next: the
+         *     service's own address at `/__kiste/auth` with a one-time code (60 seconds), which the proxy
+         *     trades for a cookie of that host (`kiste_svc`, HttpOnly, SameSite=Lax, 24 hours; `Path=/s/<key>/`
+         *     in path mode) before sending the browser on to `return`. A service of another account, or none,
+         *     is 404: it is not shown to exist. Signing out everywhere ends every such cookie.
+         */
+        post: operations["AuthorizeServiceAccess"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1879,6 +1930,10 @@ export interface components {
             revoked_at: string | null;
             /** @description Non-secret hint of the key value. */
             token_hint: string;
+        };
+        AuthorizeServiceAccessRequest: {
+            /** @description The path in the app the browser asked for (`/` when unsure); anything that is not a path of the app goes to its root. */
+            return: string;
         };
         AutoRefill: {
             enabled: boolean;
@@ -2533,7 +2588,11 @@ export interface components {
          */
         HostedServiceResponse: {
             /**
-             * @description `account`: only signed-in browsers and API keys of the owner's account; `public`: anyone with the URL.
+             * @description `account`: only the owner's account — a browser is sent once through the console (signed in
+             *     there, it comes back with a cookie of the service's host), a script sends
+             *     `Authorization: Bearer <API key>`, a WebSocket client outside a browser a `kiste_token`
+             *     (POST …/tokens); a request without them that is not a page load gets 401 JSON, and CORS
+             *     preflights reach the app. `public`: anyone with the URL.
              * @enum {string}
              */
             access: "account" | "public";
@@ -3162,6 +3221,24 @@ export interface components {
             content_base64: string;
             path: string;
         };
+        ServiceRedirect: {
+            /** @constant */
+            object: "service_redirect";
+            /** @description The service's `/__kiste/auth` address with a one-time code and the path to go on to. */
+            redirect_to: string;
+        };
+        ServiceTokenResponse: {
+            /** Format: date-time */
+            expires_at: string;
+            /** @constant */
+            object: "service_token";
+            /** @constant */
+            parameter: "kiste_token";
+            /** Format: uuid */
+            service_id: string;
+            /** @description Shown once. Send it as the query parameter named by `parameter`. */
+            token: string;
+        };
         SessionRevocationResponse: {
             message: string;
             /** @constant */
@@ -3485,6 +3562,8 @@ export interface components {
         OAuthState: string;
         /** @description Object ID. */
         ObjectId: string;
+        /** @description Hosted service id. */
+        ServiceId: string;
         /** @description Hosted service name. */
         ServiceName: string;
         /** @description Cursor: an object id; answers the page after it. */
@@ -6145,6 +6224,40 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    CreateServiceToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Instance name. */
+                name: components["parameters"]["InstanceName"];
+                /** @description Hosted service name. */
+                service: components["parameters"]["ServiceName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServiceTokenResponse"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
     GetInstanceSetup: {
         parameters: {
             query?: never;
@@ -6592,6 +6705,44 @@ export interface operations {
             500: components["responses"]["Error"];
             501: components["responses"]["Error"];
             503: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
+    AuthorizeServiceAccess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Hosted service id. */
+                service_id: components["parameters"]["ServiceId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuthorizeServiceAccessRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServiceRedirect"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            415: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
             default: components["responses"]["Error"];
         };
     };

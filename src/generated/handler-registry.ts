@@ -4,6 +4,7 @@ import type { Handler } from '../http/handler';
 import type { ImplementedOperationId } from './operations';
 import { handler as AcknowledgeAlert } from '../../handlers/AcknowledgeAlert';
 import { handler as AddDeviceKey } from '../../handlers/AddDeviceKey';
+import { handler as AuthorizeServiceAccess } from '../../handlers/AuthorizeServiceAccess';
 import { handler as ConnectTerminal } from '../../handlers/ConnectTerminal';
 import { handler as ConsoleIndex } from '../../handlers/ConsoleIndex';
 import { handler as ConsoleItemPage } from '../../handlers/ConsoleItemPage';
@@ -16,6 +17,7 @@ import { handler as CreateExport } from '../../handlers/CreateExport';
 import { handler as CreateImage } from '../../handlers/CreateImage';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
 import { handler as CreateService } from '../../handlers/CreateService';
+import { handler as CreateServiceToken } from '../../handlers/CreateServiceToken';
 import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
 import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
@@ -101,6 +103,7 @@ import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   AcknowledgeAlert,
   AddDeviceKey,
+  AuthorizeServiceAccess,
   ConnectTerminal,
   ConsoleIndex,
   ConsoleItemPage,
@@ -113,6 +116,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   CreateImage,
   CreateInstance,
   CreateService,
+  CreateServiceToken,
   CreateTerminalSession,
   CreateWebhook,
   DeleteAccount,

@@ -5,6 +5,7 @@
 // origin (path mode) every service shares that origin, so what would reach beyond the service's
 // path there (a service worker scope, clearing the site's data) is not passed.
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import { cookieForApp, kisteBearer, pathForApp } from './service-proxy-access';
 
 /** Headers of one hop only (RFC 9110 7.6.1), never passed on; `upgrade` is passed on an upgrade only. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
@@ -29,6 +30,13 @@ export function requestHeadersForApp(req: IncomingMessage, service: ProxiedServi
   for (const [name, value] of Object.entries(req.headers)) {
     if (FORWARDED.has(name) || name === 'host') continue;
     if (HOP_BY_HOP.has(name) && !(upgrade && name === 'upgrade')) continue;
+    // kiste's own credentials are never the app's (a private service's, or a key sent by mistake).
+    if (name === 'authorization' && kisteBearer(value as string)) continue;
+    if (name === 'cookie') {
+      const kept = cookieForApp(value as string);
+      if (kept !== undefined) headers.cookie = kept;
+      continue;
+    }
     headers[name] = value;
   }
   if (!upgrade && req.headers['transfer-encoding'] !== undefined && req.headers['content-length'] === undefined) headers['transfer-encoding'] = 'chunked';
@@ -73,9 +81,10 @@ function publicLocation(value: string, service: ProxiedService): string {
   return value;
 }
 
-/** The path the app is asked for: without the service's prefix (sent as X-Forwarded-Prefix instead). */
+/** The path the app is asked for: without the service's prefix (sent as X-Forwarded-Prefix instead) and kiste's token parameter. */
 export function appPath(url: string, prefix: string): string {
-  if (!prefix) return url;
-  const rest = url.slice(prefix.length);
+  const path = pathForApp(url);
+  if (!prefix) return path;
+  const rest = path.slice(prefix.length);
   return rest.startsWith('/') ? rest : `/${rest}`;
 }

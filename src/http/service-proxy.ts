@@ -15,6 +15,8 @@ import { ERRORS } from '../generated/errors';
 import { servicePage } from './error-doc-page';
 import { requestIdOf } from './request-id';
 import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
+import { AUTH_PATH, isPreflight, presentedCredentials, queryOf, serviceCookie } from './service-proxy-access';
+import { SERVICE_COOKIE_SECONDS, type ServiceAccessGate } from '../domain/service-access';
 import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
 
 /** A TCP stream to a machine's port (through its guest agent, wherever it runs). */
@@ -30,6 +32,11 @@ const FLUSH_BYTES_MS = 60_000;
 
 type Resolved = NonNullable<Awaited<ReturnType<HostedServices['resolve']>>>;
 type Target = { resolved: Resolved; path: string; slot: ConnectionSlot };
+/** How a request the proxy does not carry is answered: an error, or (a page load) a redirect. */
+interface Answer {
+  refuse(error: KisteError): void;
+  redirect?(location: string, cookie?: string): void;
+}
 
 export class ServiceProxy {
   private readonly limits = new ServiceProxyLimits();
@@ -37,10 +44,13 @@ export class ServiceProxy {
 
   constructor(
     private readonly services: HostedServices,
+    private readonly access: ServiceAccessGate,
     private readonly reach: ServiceReach,
     private readonly logger: ServiceProxyLogger,
     /** kiste's own address: error answers link their documentation there. */
     private readonly baseUrl: string,
+    /** Where a browser is sent to be let into a private service. */
+    private readonly consoleUrl: string,
   ) {
     this.flushTimer = setInterval(() => void this.flush(), FLUSH_BYTES_MS).unref();
   }
@@ -52,7 +62,13 @@ export class ServiceProxy {
   }
 
   async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const target = await this.target(req, (error) => this.answerError(req, res, error));
+    const target = await this.target(req, {
+      refuse: (error) => this.answerError(req, res, error),
+      redirect: (location, cookie) => {
+        res.writeHead(302, { location, 'cache-control': 'no-store', 'content-length': 0, ...(cookie ? { 'set-cookie': cookie } : {}) });
+        res.end();
+      },
+    });
     if (!target) return;
     const { resolved, path, slot } = target;
     const url = req.url ?? '/';
@@ -108,7 +124,7 @@ export class ServiceProxy {
     if (req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0) {
       return rawError(socket, new KisteError('P01', { message: 'An upgrade request carries no body' }));
     }
-    const target = await this.target(req, (error) => rawError(socket, error));
+    const target = await this.target(req, { refuse: (error) => rawError(socket, error) });
     if (!target) return;
     const { resolved, path, slot } = target;
     const guest = await this.openGuest(resolved, slot, (error) => rawError(socket, error));
@@ -160,7 +176,8 @@ export class ServiceProxy {
    * The service a request is for and the path the app is asked for, with a connection slot taken
    * (released when the request ends); or the refusal answered through `refuse` and null.
    */
-  private async target(req: IncomingMessage, refuse: (error: KisteError) => void): Promise<Target | null> {
+  private async target(req: IncomingMessage, answer: Answer): Promise<Target | null> {
+    const refuse = answer.refuse;
     const client = req.socket.remoteAddress ?? '';
     if (!this.limits.clientRequest(client)) {
       refuse(new KisteError('L01', { message: 'Too many requests to hosted services from this address', retryAfterSeconds: 30 }));
@@ -174,10 +191,8 @@ export class ServiceProxy {
       refuse(new KisteError('S10', { message: 'No service is published at this address' }));
       return null;
     }
-    if (resolved.service.access !== 'public') {
-      refuse(new KisteError('A01', { message: 'This service is private to its account', hint: 'Its owner can make it public (access: public).' }));
-      return null;
-    }
+    const path = appPath(url, resolved.pathPrefix);
+    if (resolved.service.access !== 'public' && !(await this.letIn(req, resolved, path, answer))) return null;
     if (resolved.instance.status !== 'running') {
       refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: 'Its owner can resume it.' }));
       return null;
@@ -187,7 +202,41 @@ export class ServiceProxy {
       refuse(new KisteError('L01', { message: 'This service takes no more requests right now', retryAfterSeconds: 5 }));
       return null;
     }
-    return { resolved, path: appPath(url, resolved.pathPrefix), slot };
+    return { resolved, path, slot };
+  }
+
+  /**
+   * A private service: whether the request brought what lets it in. Otherwise it is answered: a
+   * browser's code traded for the cookie at AUTH_PATH, a page load sent to the console, anything
+   * else 401 (another account's key: 404, as if there were no service). Preflights pass as they are.
+   */
+  private async letIn(req: IncomingMessage, resolved: Resolved, path: string, answer: Answer): Promise<boolean> {
+    if (isPreflight(req)) return true;
+    const addresses = this.services.publishedIn!;
+    const { service } = resolved;
+    const pathname = path.split('?')[0];
+    if (pathname === AUTH_PATH && answer.redirect && req.method === 'GET') {
+      const traded = await this.access.trade(service, queryOf(path).get('code') ?? '').catch(() => null);
+      if (!traded) {
+        answer.refuse(new KisteError('A01', { message: 'This sign-in link for the service has expired or was used', hint: 'Open the service\'s address again.' }));
+        return false;
+      }
+      answer.redirect(`${resolved.pathPrefix}${traded.returnTo}`, serviceCookie(addresses, resolved.pathPrefix, traded.cookie, SERVICE_COOKIE_SECONDS));
+      return false;
+    }
+    const admission = await this.access.admit(service, presentedCredentials(req, addresses)).catch(() => 'none' as const);
+    if (admission === 'admitted') return true;
+    if (admission === 'foreign') {
+      answer.refuse(new KisteError('S10', { message: 'No service is published at this address' }));
+      return false;
+    }
+    if (answer.redirect && (req.method === 'GET' || req.method === 'HEAD') && isNavigation(req)) {
+      const query = new URLSearchParams({ service: service.id, return: path });
+      answer.redirect(`${this.consoleUrl.replace(/\/$/, '')}/console/services/authorize?${query}`);
+      return false;
+    }
+    answer.refuse(new KisteError('A01', { message: 'This service is private to its account', hint: 'Sign in to kiste in this browser and open its address, or send an API key of its account (Authorization: Bearer).' }));
+    return false;
   }
 
   /** A stream to the service's port; when none can be had, the slot is given back, the reason answered through `refuse`, and null. */

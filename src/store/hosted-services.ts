@@ -31,6 +31,11 @@ export class HostedServiceStore {
     return this.db.hostedService.findFirst({ where: { accountId, instanceId, name } });
   }
 
+  /** The account's service by id, with its machine. */
+  findById(accountId: string, id: string): Promise<(HostedService & { instance: Instance }) | null> {
+    return this.db.hostedService.findFirst({ where: { accountId, id }, include: { instance: true } });
+  }
+
   /** The service a request's address names, with its machine (the proxy). */
   findByKey(key: string): Promise<(HostedService & { instance: Instance }) | null> {
     return this.db.hostedService.findUnique({ where: { key }, include: { instance: true } });

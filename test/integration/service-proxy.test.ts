@@ -12,7 +12,7 @@ import { connect, type AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
 import { ServiceProxy, type ServiceReach } from '../../src/http/service-proxy';
 import type { Account } from '../../src/store/accounts';
-import { apiKeyFor, bearer, createAccount, startTestService, type TestService } from '../support/harness';
+import { apiKeyFor, bearer, browserFor, createAccount, startTestService, type TestService } from '../support/harness';
 import { insertInstance } from '../support/instance-rows';
 
 /** The app in the "guest": echoes what it was sent, streams events, serves a large body, redirects, echoes WebSockets. */
@@ -96,7 +96,7 @@ describe('the services proxy', () => {
     key = await apiKeyFor(t, account);
     await insertInstance(t, account, 'web', 'running');
     await insertInstance(t, account, 'off', 'stopped', { desiredState: 'stopped' });
-    proxy = new ServiceProxy(t.services.hostedServices, reach, { warn: () => undefined }, t.config.baseUrl);
+    proxy = new ServiceProxy(t.services.hostedServices, t.services.serviceAccess, reach, { warn: () => undefined }, t.config.baseUrl, t.config.consoleUrl);
     front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
     front.on('upgrade', (req, socket, head) => void proxy.upgrade(req, socket, head));
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
@@ -237,6 +237,83 @@ describe('the services proxy', () => {
     }
   });
 
+  it('lets only the owner\'s account into a private service: a page load goes through the console and comes back with a cookie of the service\'s host, a script sends an API key, a WebSocket a token; kiste\'s credentials never reach the app', async () => {
+    await insertInstance(t, account, 'locked', 'running');
+    const created = await t.api.post('/v1/instances/locked/services').set(bearer(key)).send({ name: 'vault', port: 5181 }).expect(200);
+    const host = new URL(created.body.public_url).host;
+    const seenBy = async (headers: Record<string, string>, path = '/page?x=1') => {
+      const answer = await get(host, path, headers);
+      return { status: answer.status, answer, seen: answer.status === 200 ? (JSON.parse(answer.body.toString()) as { url: string; headers: Record<string, string> }) : null };
+    };
+    // Nothing brought: a script gets 401 JSON, a page load goes to the console (never a loop of its own).
+    const anonymous = await seenBy({ 'sec-fetch-mode': 'cors' });
+    expect({ status: anonymous.status, code: JSON.parse(anonymous.answer.body.toString()).error.code }).toEqual({ status: 401, code: 'A01' });
+    const navigation = await seenBy({ 'sec-fetch-mode': 'navigate', accept: 'text/html' });
+    expect(navigation.status).toBe(302);
+    const toConsole = new URL(navigation.answer.headers.location!);
+    expect(`${toConsole.origin}${toConsole.pathname}`).toBe(`${t.config.consoleUrl.replace(/\/$/, '')}/console/services/authorize`);
+    expect(Object.fromEntries(toConsole.searchParams)).toEqual({ service: created.body.id, return: '/page?x=1' });
+
+    // The console's step (signed in, with CSRF): a one-time code on the service's own host.
+    const browser = await browserFor(t, account);
+    const authorized = await t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', browser.cookie).set('x-csrf-token', browser.csrf)
+      .send({ return: '/page?x=1' }).expect(200);
+    const back = new URL(authorized.body.redirect_to);
+    expect(`${back.host}${back.pathname}`).toBe(`${host}/__kiste/auth`);
+    const traded = await get(host, `${back.pathname}${back.search}`, { 'sec-fetch-mode': 'navigate' });
+    expect(traded.status).toBe(302);
+    expect(traded.headers.location).toBe('/page?x=1');
+    const setCookie = traded.headers['set-cookie']![0]!;
+    expect(setCookie).toMatch(/^kiste_svc=kiste_svck_[\w-]+; Path=\/; HttpOnly; SameSite=Lax; Max-Age=86400$/);
+    const cookie = setCookie.split(';')[0]!;
+    // The code is good once.
+    expect((await get(host, `${back.pathname}${back.search}`, { 'sec-fetch-mode': 'navigate' })).status).toBe(401);
+    const withCookie = await seenBy({ cookie: `theirs=1; ${cookie}` });
+    expect(withCookie.status).toBe(200);
+    expect(withCookie.seen!.headers.cookie).toBe('theirs=1');
+    // The cookie is this service's only.
+    const { host: otherHost } = await publish('locked', { name: 'vault2', port: 5182 });
+    expect((await get(otherHost, '/', { cookie })).status).toBe(401);
+
+    // A script with an API key of the account; the key never reaches the app. Another account's key: 404.
+    const byKey = await seenBy({ authorization: `Bearer ${key}` });
+    expect(byKey.status).toBe(200);
+    expect(byKey.seen!.headers.authorization).toBeUndefined();
+    const stranger = await apiKeyFor(t, await createAccount(t));
+    expect((await seenBy({ authorization: `Bearer ${stranger}` })).status).toBe(404);
+    expect((await seenBy({ authorization: 'Bearer kiste_key_not-a-key' })).status).toBe(401);
+    // Another account cannot have the console hand out a code for it either.
+    const strangerBrowser = await browserFor(t, await createAccount(t));
+    const refused = await t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', strangerBrowser.cookie).set('x-csrf-token', strangerBrowser.csrf).send({ return: '/' });
+    expect({ status: refused.status, code: refused.body.error.code }).toEqual({ status: 404, code: 'S10' });
+
+    // A preflight carries no credentials and reaches the app.
+    expect((await get(host, '/page', { origin: 'http://elsewhere.example', 'access-control-request-method': 'PUT' }, 'OPTIONS')).status).toBe(200);
+
+    // A token for clients without cookies: checked and stripped, for requests and WebSockets.
+    const issued = await t.api.post('/v1/instances/locked/services/vault/tokens').set(bearer(key)).expect(200);
+    expect(issued.body).toMatchObject({ object: 'service_token', service_id: created.body.id, parameter: 'kiste_token' });
+    const byToken = await seenBy({}, `/page?kiste_token=${issued.body.token}&q=2`);
+    expect(byToken.status).toBe(200);
+    expect(byToken.seen!.url).toBe('/page?q=2');
+    const ws = new WebSocket(`ws://127.0.0.1:${frontPort}/socket?kiste_token=${issued.body.token}`, { headers: { host } });
+    const echoed = await new Promise<string>((resolve, reject) => {
+      ws.once('open', () => ws.send('hello'));
+      ws.once('message', (data) => resolve(String(data)));
+      ws.once('error', reject);
+    });
+    ws.close();
+    expect(echoed).toBe('hello');
+    const noToken = new WebSocket(`ws://127.0.0.1:${frontPort}/socket`, { headers: { host } });
+    const status = await new Promise<number>((resolve) => noToken.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)));
+    expect(status).toBe(401);
+
+    // Signing out everywhere ends the cookie and the token.
+    await t.api.post('/v1/sessions/revoke-all').set(bearer(key)).expect(200);
+    expect((await seenBy({ cookie })).status).toBe(401);
+    expect((await seenBy({}, `/page?kiste_token=${issued.body.token}`)).status).toBe(401);
+  });
+
   it('is the only thing that answers on a service host: kiste\'s own routes are not there', async () => {
     const { host } = await publish('off', { name: 'only', port: 5180, access: 'public' });
     // Through kiste's app: the proxy takes the request (its machine is stopped: K03), never the API.
@@ -263,7 +340,7 @@ describe('the services proxy under paths of an origin of their own', () => {
       const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
       socket.once('error', reject);
     }) };
-    const proxy = new ServiceProxy(t.services.hostedServices, reach, { warn: () => undefined }, t.config.baseUrl);
+    const proxy = new ServiceProxy(t.services.hostedServices, t.services.serviceAccess, reach, { warn: () => undefined }, t.config.baseUrl, t.config.consoleUrl);
     const front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
     try {

@@ -8,9 +8,10 @@
 import { request } from 'node:http';
 import type { Page } from 'playwright-core';
 import { screenshot, watchedPage } from '../support/browser';
-import { ConsoleRig, startConsole } from '../support/console';
+import { ConsoleRig, signIn, startConsole } from '../support/console';
 import { guestRun } from '../support/guest';
 import { apiKeyFor, bearer, createAccount } from '../support/harness';
+import type { Account } from '../../src/store/accounts';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
 
 jest.setTimeout(600_000);
@@ -22,7 +23,7 @@ const BIG_BYTES = 64 * 1024 * 1024; // the app's /big
 const APP = String.raw`
 const http = require('http');
 const crypto = require('crypto');
-const PORT = ${PORT};
+const PORT = Number(process.argv[2] || ${PORT});
 const page = '<!doctype html><html><head><title>guest app</title></head><body><h1>A dev server in the guest</h1>' +
   '<p id="ws">ws: waiting</p><p id="sse">sse: waiting</p><script>' +
   'const base = location.pathname.replace(/[^/]*$/, "");' +
@@ -74,6 +75,7 @@ describe.each([
   { mode: 'path', envAt: (url: string) => ({ KISTE_SERVICES_URL: localhostOf(url) }), publicUrl: /^http:\/\/localhost:\d+\/s\/[a-z2-7]{10}\/$/ },
 ])('hosted services with a real guest ($mode URLs)', ({ mode, envAt, publicUrl }) => {
   let rig: ConsoleRig;
+  let account: Account;
   let key: string;
   let instanceId: string;
   let page: Page;
@@ -85,7 +87,7 @@ describe.each([
     // Machines in a kiste-worker, as `npm start` runs them; the services' proxy in the service.
     rig = await startConsole({ compute: 'worker', env: { KISTE_IMAGE_DIR: TEST_IMAGE_DIR, KISTE_IMAGE_PROFILE: 'minimal' }, envAt });
     expect(await rig.t.services.machineHost.refreshImage('minimal')).not.toBeNull();
-    const account = await createAccount(rig.t);
+    account = await createAccount(rig.t);
     key = await apiKeyFor(rig.t, account);
     const created = await rig.t.api.post('/v1/instances').set(bearer(key))
       .send({ name: 'box', profile: 'desktop', vcpu: 1, memory_mib: 512, disk_mib: 2048, ssh_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 test@kiste' })
@@ -135,9 +137,12 @@ describe.each([
     expect(peak - rssBefore).toBeLessThan(BIG_BYTES / 2);
   });
 
-  it('keeps a private service from an anonymous fetch (401 JSON) and a person (a page)', async () => {
+  it('lets the owner\'s browser into a private service through the console (the page, its WebSocket and SSE on the cookie), and keeps out an anonymous fetch (401 JSON) and another account', async () => {
     const created = await rig.t.api.post('/v1/instances/box/services').set(bearer(key)).send({ name: 'secret', port: PORT + 1 }).expect(200);
     expect(created.body.access).toBe('account');
+    const started = await guestRun(rig.t, instanceId, `setsid node /tmp/app.js ${PORT + 1} > /tmp/secret.log 2>&1 < /dev/null & echo started`);
+    expect(started.stdout.trim()).toBe('started');
+    for (const deadline = Date.now() + 60_000; (await service('secret')).status !== 'active' && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 500));
     const address = new URL(created.body.public_url);
     const direct = await new Promise<{ status: number; code: string }>((resolve, reject) => {
       request({ host: '127.0.0.1', port: Number(new URL(rig.url).port), path: `${address.pathname}data`, headers: { host: address.host } }, (res) => {
@@ -147,9 +152,26 @@ describe.each([
       }).on('error', reject).end();
     });
     expect(direct).toEqual({ status: 401, code: 'A01' });
-    await page.goto(created.body.public_url);
-    await page.getByText('This service is private to its account').waitFor({ timeout: 10_000 });
-    await screenshot(page, `hosted-service-private-${mode}`);
+
+    // The owner, signed in at the console, opens the address: through the console and back with a cookie.
+    const owner = await rig.open('/console/login');
+    await signIn(owner.page, account);
+    await owner.page.waitForURL(`${rig.url}/`);
+    await owner.page.goto(created.body.public_url);
+    await owner.page.getByText('A dev server in the guest').waitFor({ timeout: 30_000 });
+    await owner.page.getByText('ws: echo: ping from the browser').waitFor({ timeout: 30_000 });
+    await owner.page.getByText('sse: 3 tick 3').waitFor({ timeout: 30_000 });
+    expect(owner.page.url()).toBe(created.body.public_url);
+    await screenshot(owner.page, `hosted-service-private-owner-${mode}`);
+
+    // Another account's browser is told the service cannot be opened from it.
+    const stranger = await rig.open('/console/login');
+    await signIn(stranger.page, await createAccount(rig.t));
+    await stranger.page.waitForURL(`${rig.url}/`);
+    await stranger.page.goto(created.body.public_url);
+    await stranger.page.getByText('This service cannot be opened from this account').waitFor({ timeout: 30_000 });
+    expect(stranger.page.url()).toMatch(/\/console\/services\/authorize\?/);
+    await screenshot(stranger.page, `hosted-service-private-stranger-${mode}`);
   });
 });
 

@@ -7,6 +7,7 @@ import { SessionProvider, useSession } from './session';
 import { ErrorNotice, Loading } from './ui/kit';
 import { SignInPage, SignUpPage } from './pages/sign-in';
 import { ApprovePage } from './pages/approve';
+import { ServiceAuthorizePage } from './pages/service-authorize';
 import { HomePage } from './pages/home';
 import { CreateMachinePage } from './pages/create-machine';
 import { MachinePage } from './pages/machine';
@@ -134,6 +135,8 @@ function Page({ location }: { location: Location }): ComponentChildren {
       return item ? <EnvironmentPage key={item} name={item} /> : <EnvironmentsPage />;
     case 'oauth':
       return item === 'approve' ? <ApprovePage query={location.query} /> : <NotFoundPage />;
+    case 'services':
+      return item === 'authorize' ? <ServiceAuthorizePage query={location.query} /> : <NotFoundPage />;
     case 'keys':
       return <ApiKeysPage />;
     case 'device-keys':

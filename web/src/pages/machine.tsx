@@ -1,6 +1,7 @@
 // A machine's page: its state and actions, and tabs (?tab=) for the overview, live metrics, the
-// console log, its commands, a terminal and its environment setup. The machine is kept current by
-// account events (machine/live.ts); a deletion or a rename elsewhere moves the page along.
+// console log, its commands, a terminal, its hosted services and its environment setup. The machine
+// is kept current by account events (machine/live.ts); a deletion or a rename elsewhere moves the
+// page along.
 import { useEffect } from 'preact/hooks';
 import { Link, navigate } from '../router';
 import { Loaded, PageHeader, StatusBadge } from '../ui/kit';
@@ -12,6 +13,7 @@ import { MetricsTab } from './machine/metrics-tab';
 import { LogsTab } from './machine/logs-tab';
 import { CommandsTab } from './machine/commands-tab';
 import { TerminalTab } from './machine/terminal-tab';
+import { ServicesTab } from './machine/services-tab';
 import { SetupTab } from './machine/setup-tab';
 import type { Instance } from '../api';
 
@@ -21,6 +23,7 @@ const TABS = [
   { id: 'logs', label: 'Console log', Panel: LogsTab },
   { id: 'commands', label: 'Commands', Panel: CommandsTab },
   { id: 'terminal', label: 'Terminal', Panel: TerminalTab },
+  { id: 'services', label: 'Services', Panel: ServicesTab },
   { id: 'setup', label: 'Setup', Panel: SetupTab },
 ] as const;
 

@@ -178,3 +178,9 @@ export type Worker = Prisma.WorkerModel
  * A port of a machine published at a URL of its own (issue 23, docs/hosted-services.md).
  */
 export type HostedService = Prisma.HostedServiceModel
+/**
+ * Model ServiceCredential
+ * What lets a client into a private (`account`) service: a one-time code the console hands a browser,
+ * the cookie the proxy trades it for, or a token for clients without cookies. Only hashes are kept.
+ */
+export type ServiceCredential = Prisma.ServiceCredentialModel

@@ -421,7 +421,8 @@ export const ModelName = {
   EnvironmentVersion: 'EnvironmentVersion',
   RequestBudgetWindow: 'RequestBudgetWindow',
   Worker: 'Worker',
-  HostedService: 'HostedService'
+  HostedService: 'HostedService',
+  ServiceCredential: 'ServiceCredential'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -437,7 +438,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow" | "worker" | "hostedService"
+    modelProps: "account" | "session" | "knownBrowser" | "apiToken" | "oAuthCode" | "deviceKey" | "exportLink" | "accountDeletion" | "event" | "serviceHeartbeat" | "instance" | "command" | "webhookEndpoint" | "webhookDelivery" | "alert" | "alertPreference" | "desktopLink" | "desktopSession" | "instanceSetup" | "image" | "environment" | "environmentVersion" | "requestBudgetWindow" | "worker" | "hostedService" | "serviceCredential"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2291,6 +2292,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    ServiceCredential: {
+      payload: Prisma.$ServiceCredentialPayload<ExtArgs>
+      fields: Prisma.ServiceCredentialFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServiceCredentialFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServiceCredentialFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        findFirst: {
+          args: Prisma.ServiceCredentialFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServiceCredentialFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        findMany: {
+          args: Prisma.ServiceCredentialFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>[]
+        }
+        create: {
+          args: Prisma.ServiceCredentialCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        createMany: {
+          args: Prisma.ServiceCredentialCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServiceCredentialCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>[]
+        }
+        delete: {
+          args: Prisma.ServiceCredentialDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        update: {
+          args: Prisma.ServiceCredentialUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        deleteMany: {
+          args: Prisma.ServiceCredentialDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServiceCredentialUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServiceCredentialUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>[]
+        }
+        upsert: {
+          args: Prisma.ServiceCredentialUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServiceCredentialPayload>
+        }
+        aggregate: {
+          args: Prisma.ServiceCredentialAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServiceCredential>
+        }
+        groupBy: {
+          args: Prisma.ServiceCredentialGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceCredentialGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServiceCredentialCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServiceCredentialCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2733,11 +2808,28 @@ export const HostedServiceScalarFieldEnum = {
   access: 'access',
   bytesIn: 'bytesIn',
   bytesOut: 'bytesOut',
+  wakeOnRequest: 'wakeOnRequest',
+  idleStopMinutes: 'idleStopMinutes',
+  lastRequestAt: 'lastRequestAt',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
 
 export type HostedServiceScalarFieldEnum = (typeof HostedServiceScalarFieldEnum)[keyof typeof HostedServiceScalarFieldEnum]
+
+
+export const ServiceCredentialScalarFieldEnum = {
+  id: 'id',
+  serviceId: 'serviceId',
+  accountId: 'accountId',
+  kind: 'kind',
+  tokenHash: 'tokenHash',
+  returnTo: 'returnTo',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt'
+} as const
+
+export type ServiceCredentialScalarFieldEnum = (typeof ServiceCredentialScalarFieldEnum)[keyof typeof ServiceCredentialScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -3025,6 +3117,7 @@ export type GlobalOmitConfig = {
   requestBudgetWindow?: Prisma.RequestBudgetWindowOmit
   worker?: Prisma.WorkerOmit
   hostedService?: Prisma.HostedServiceOmit
+  serviceCredential?: Prisma.ServiceCredentialOmit
 }
 
 /* Types for Logging */

@@ -75,7 +75,8 @@ export const ModelName = {
   EnvironmentVersion: 'EnvironmentVersion',
   RequestBudgetWindow: 'RequestBudgetWindow',
   Worker: 'Worker',
-  HostedService: 'HostedService'
+  HostedService: 'HostedService',
+  ServiceCredential: 'ServiceCredential'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -497,11 +498,28 @@ export const HostedServiceScalarFieldEnum = {
   access: 'access',
   bytesIn: 'bytesIn',
   bytesOut: 'bytesOut',
+  wakeOnRequest: 'wakeOnRequest',
+  idleStopMinutes: 'idleStopMinutes',
+  lastRequestAt: 'lastRequestAt',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
 
 export type HostedServiceScalarFieldEnum = (typeof HostedServiceScalarFieldEnum)[keyof typeof HostedServiceScalarFieldEnum]
+
+
+export const ServiceCredentialScalarFieldEnum = {
+  id: 'id',
+  serviceId: 'serviceId',
+  accountId: 'accountId',
+  kind: 'kind',
+  tokenHash: 'tokenHash',
+  returnTo: 'returnTo',
+  createdAt: 'createdAt',
+  expiresAt: 'expiresAt'
+} as const
+
+export type ServiceCredentialScalarFieldEnum = (typeof ServiceCredentialScalarFieldEnum)[keyof typeof ServiceCredentialScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -297,6 +297,7 @@ export type AccountWhereInput = {
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
   images?: Prisma.ImageListRelationFilter
   hostedServices?: Prisma.HostedServiceListRelationFilter
+  serviceCredentials?: Prisma.ServiceCredentialListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }
@@ -331,6 +332,7 @@ export type AccountOrderByWithRelationInput = {
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
   images?: Prisma.ImageOrderByRelationAggregateInput
   hostedServices?: Prisma.HostedServiceOrderByRelationAggregateInput
+  serviceCredentials?: Prisma.ServiceCredentialOrderByRelationAggregateInput
   environments?: Prisma.EnvironmentOrderByRelationAggregateInput
   environmentVersions?: Prisma.EnvironmentVersionOrderByRelationAggregateInput
 }
@@ -368,6 +370,7 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
   images?: Prisma.ImageListRelationFilter
   hostedServices?: Prisma.HostedServiceListRelationFilter
+  serviceCredentials?: Prisma.ServiceCredentialListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }, "id" | "email">
@@ -440,6 +443,7 @@ export type AccountCreateInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -474,6 +478,7 @@ export type AccountUncheckedCreateInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -508,6 +513,7 @@ export type AccountUpdateInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -542,6 +548,7 @@ export type AccountUncheckedUpdateInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -951,6 +958,20 @@ export type AccountUpdateOneRequiredWithoutHostedServicesNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutHostedServicesInput, Prisma.AccountUpdateWithoutHostedServicesInput>, Prisma.AccountUncheckedUpdateWithoutHostedServicesInput>
 }
 
+export type AccountCreateNestedOneWithoutServiceCredentialsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutServiceCredentialsInput, Prisma.AccountUncheckedCreateWithoutServiceCredentialsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutServiceCredentialsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutServiceCredentialsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutServiceCredentialsInput, Prisma.AccountUncheckedCreateWithoutServiceCredentialsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutServiceCredentialsInput
+  upsert?: Prisma.AccountUpsertWithoutServiceCredentialsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutServiceCredentialsInput, Prisma.AccountUpdateWithoutServiceCredentialsInput>, Prisma.AccountUncheckedUpdateWithoutServiceCredentialsInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -980,6 +1001,7 @@ export type AccountCreateWithoutSessionsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1013,6 +1035,7 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1062,6 +1085,7 @@ export type AccountUpdateWithoutSessionsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1095,6 +1119,7 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1128,6 +1153,7 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1161,6 +1187,7 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1210,6 +1237,7 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1243,6 +1271,7 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1276,6 +1305,7 @@ export type AccountCreateWithoutApiTokensInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1309,6 +1339,7 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1358,6 +1389,7 @@ export type AccountUpdateWithoutApiTokensInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1391,6 +1423,7 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1424,6 +1457,7 @@ export type AccountCreateWithoutOauthCodesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1457,6 +1491,7 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1506,6 +1541,7 @@ export type AccountUpdateWithoutOauthCodesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1539,6 +1575,7 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1572,6 +1609,7 @@ export type AccountCreateWithoutDeviceKeysInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1605,6 +1643,7 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1654,6 +1693,7 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1687,6 +1727,7 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1720,6 +1761,7 @@ export type AccountCreateWithoutExportLinksInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1753,6 +1795,7 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1802,6 +1845,7 @@ export type AccountUpdateWithoutExportLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1835,6 +1879,7 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1868,6 +1913,7 @@ export type AccountCreateWithoutEventsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1901,6 +1947,7 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1950,6 +1997,7 @@ export type AccountUpdateWithoutEventsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1983,6 +2031,7 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2016,6 +2065,7 @@ export type AccountCreateWithoutInstancesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2049,6 +2099,7 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2098,6 +2149,7 @@ export type AccountUpdateWithoutInstancesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2131,6 +2183,7 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2164,6 +2217,7 @@ export type AccountCreateWithoutCommandsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2197,6 +2251,7 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2246,6 +2301,7 @@ export type AccountUpdateWithoutCommandsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2279,6 +2335,7 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2312,6 +2369,7 @@ export type AccountCreateWithoutWebhooksInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2345,6 +2403,7 @@ export type AccountUncheckedCreateWithoutWebhooksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2394,6 +2453,7 @@ export type AccountUpdateWithoutWebhooksInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2427,6 +2487,7 @@ export type AccountUncheckedUpdateWithoutWebhooksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2460,6 +2521,7 @@ export type AccountCreateWithoutDeliveriesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2493,6 +2555,7 @@ export type AccountUncheckedCreateWithoutDeliveriesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2542,6 +2605,7 @@ export type AccountUpdateWithoutDeliveriesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2575,6 +2639,7 @@ export type AccountUncheckedUpdateWithoutDeliveriesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2608,6 +2673,7 @@ export type AccountCreateWithoutAlertsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2641,6 +2707,7 @@ export type AccountUncheckedCreateWithoutAlertsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2690,6 +2757,7 @@ export type AccountUpdateWithoutAlertsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2723,6 +2791,7 @@ export type AccountUncheckedUpdateWithoutAlertsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2756,6 +2825,7 @@ export type AccountCreateWithoutAlertPreferencesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2789,6 +2859,7 @@ export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2838,6 +2909,7 @@ export type AccountUpdateWithoutAlertPreferencesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2871,6 +2943,7 @@ export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2904,6 +2977,7 @@ export type AccountCreateWithoutDesktopLinksInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2937,6 +3011,7 @@ export type AccountUncheckedCreateWithoutDesktopLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2986,6 +3061,7 @@ export type AccountUpdateWithoutDesktopLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3019,6 +3095,7 @@ export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3052,6 +3129,7 @@ export type AccountCreateWithoutDesktopSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3085,6 +3163,7 @@ export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3134,6 +3213,7 @@ export type AccountUpdateWithoutDesktopSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3167,6 +3247,7 @@ export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3200,6 +3281,7 @@ export type AccountCreateWithoutImagesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3233,6 +3315,7 @@ export type AccountUncheckedCreateWithoutImagesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3282,6 +3365,7 @@ export type AccountUpdateWithoutImagesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3315,6 +3399,7 @@ export type AccountUncheckedUpdateWithoutImagesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3349,6 +3434,7 @@ export type AccountCreateWithoutEnvironmentsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
@@ -3382,6 +3468,7 @@ export type AccountUncheckedCreateWithoutEnvironmentsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3431,6 +3518,7 @@ export type AccountUpdateWithoutEnvironmentsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
@@ -3464,6 +3552,7 @@ export type AccountUncheckedUpdateWithoutEnvironmentsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
@@ -3497,6 +3586,7 @@ export type AccountCreateWithoutEnvironmentVersionsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
 }
 
@@ -3530,6 +3620,7 @@ export type AccountUncheckedCreateWithoutEnvironmentVersionsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3579,6 +3670,7 @@ export type AccountUpdateWithoutEnvironmentVersionsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
 }
 
@@ -3612,6 +3704,7 @@ export type AccountUncheckedUpdateWithoutEnvironmentVersionsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
 }
 
@@ -3644,6 +3737,7 @@ export type AccountCreateWithoutHostedServicesInput = {
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3677,6 +3771,7 @@ export type AccountUncheckedCreateWithoutHostedServicesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3726,6 +3821,7 @@ export type AccountUpdateWithoutHostedServicesInput = {
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3759,6 +3855,159 @@ export type AccountUncheckedUpdateWithoutHostedServicesInput = {
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutServiceCredentialsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutServiceCredentialsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutServiceCredentialsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutServiceCredentialsInput, Prisma.AccountUncheckedCreateWithoutServiceCredentialsInput>
+}
+
+export type AccountUpsertWithoutServiceCredentialsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutServiceCredentialsInput, Prisma.AccountUncheckedUpdateWithoutServiceCredentialsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutServiceCredentialsInput, Prisma.AccountUncheckedCreateWithoutServiceCredentialsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutServiceCredentialsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutServiceCredentialsInput, Prisma.AccountUncheckedUpdateWithoutServiceCredentialsInput>
+}
+
+export type AccountUpdateWithoutServiceCredentialsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutServiceCredentialsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3786,6 +4035,7 @@ export type AccountCountOutputType = {
   desktopSessions: number
   images: number
   hostedServices: number
+  serviceCredentials: number
   environments: number
   environmentVersions: number
 }
@@ -3808,6 +4058,7 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   desktopSessions?: boolean | AccountCountOutputTypeCountDesktopSessionsArgs
   images?: boolean | AccountCountOutputTypeCountImagesArgs
   hostedServices?: boolean | AccountCountOutputTypeCountHostedServicesArgs
+  serviceCredentials?: boolean | AccountCountOutputTypeCountServiceCredentialsArgs
   environments?: boolean | AccountCountOutputTypeCountEnvironmentsArgs
   environmentVersions?: boolean | AccountCountOutputTypeCountEnvironmentVersionsArgs
 }
@@ -3944,6 +4195,13 @@ export type AccountCountOutputTypeCountHostedServicesArgs<ExtArgs extends runtim
 /**
  * AccountCountOutputType without action
  */
+export type AccountCountOutputTypeCountServiceCredentialsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.ServiceCredentialWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
 export type AccountCountOutputTypeCountEnvironmentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   where?: Prisma.EnvironmentWhereInput
 }
@@ -3986,6 +4244,7 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
   hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
+  serviceCredentials?: boolean | Prisma.Account$serviceCredentialsArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -4055,6 +4314,7 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   desktopSessions?: boolean | Prisma.Account$desktopSessionsArgs<ExtArgs>
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
   hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
+  serviceCredentials?: boolean | Prisma.Account$serviceCredentialsArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -4082,6 +4342,7 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
     images: Prisma.$ImagePayload<ExtArgs>[]
     hostedServices: Prisma.$HostedServicePayload<ExtArgs>[]
+    serviceCredentials: Prisma.$ServiceCredentialPayload<ExtArgs>[]
     environments: Prisma.$EnvironmentPayload<ExtArgs>[]
     environmentVersions: Prisma.$EnvironmentVersionPayload<ExtArgs>[]
   }
@@ -4524,6 +4785,7 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   desktopSessions<T extends Prisma.Account$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   images<T extends Prisma.Account$imagesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$imagesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ImagePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   hostedServices<T extends Prisma.Account$hostedServicesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$hostedServicesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$HostedServicePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  serviceCredentials<T extends Prisma.Account$serviceCredentialsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$serviceCredentialsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ServiceCredentialPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environments<T extends Prisma.Account$environmentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environmentVersions<T extends Prisma.Account$environmentVersionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentVersionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentVersionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
@@ -5363,6 +5625,30 @@ export type Account$hostedServicesArgs<ExtArgs extends runtime.Types.Extensions.
   take?: number
   skip?: number
   distinct?: Prisma.HostedServiceScalarFieldEnum | Prisma.HostedServiceScalarFieldEnum[]
+}
+
+/**
+ * Account.serviceCredentials
+ */
+export type Account$serviceCredentialsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ServiceCredential
+   */
+  select?: Prisma.ServiceCredentialSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ServiceCredential
+   */
+  omit?: Prisma.ServiceCredentialOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceCredentialInclude<ExtArgs> | null
+  where?: Prisma.ServiceCredentialWhereInput
+  orderBy?: Prisma.ServiceCredentialOrderByWithRelationInput | Prisma.ServiceCredentialOrderByWithRelationInput[]
+  cursor?: Prisma.ServiceCredentialWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.ServiceCredentialScalarFieldEnum | Prisma.ServiceCredentialScalarFieldEnum[]
 }
 
 /**

@@ -30,12 +30,14 @@ export type HostedServiceAvgAggregateOutputType = {
   port: number | null
   bytesIn: number | null
   bytesOut: number | null
+  idleStopMinutes: number | null
 }
 
 export type HostedServiceSumAggregateOutputType = {
   port: number | null
   bytesIn: bigint | null
   bytesOut: bigint | null
+  idleStopMinutes: number | null
 }
 
 export type HostedServiceMinAggregateOutputType = {
@@ -49,6 +51,9 @@ export type HostedServiceMinAggregateOutputType = {
   access: string | null
   bytesIn: bigint | null
   bytesOut: bigint | null
+  wakeOnRequest: boolean | null
+  idleStopMinutes: number | null
+  lastRequestAt: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -64,6 +69,9 @@ export type HostedServiceMaxAggregateOutputType = {
   access: string | null
   bytesIn: bigint | null
   bytesOut: bigint | null
+  wakeOnRequest: boolean | null
+  idleStopMinutes: number | null
+  lastRequestAt: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -79,6 +87,9 @@ export type HostedServiceCountAggregateOutputType = {
   access: number
   bytesIn: number
   bytesOut: number
+  wakeOnRequest: number
+  idleStopMinutes: number
+  lastRequestAt: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -89,12 +100,14 @@ export type HostedServiceAvgAggregateInputType = {
   port?: true
   bytesIn?: true
   bytesOut?: true
+  idleStopMinutes?: true
 }
 
 export type HostedServiceSumAggregateInputType = {
   port?: true
   bytesIn?: true
   bytesOut?: true
+  idleStopMinutes?: true
 }
 
 export type HostedServiceMinAggregateInputType = {
@@ -108,6 +121,9 @@ export type HostedServiceMinAggregateInputType = {
   access?: true
   bytesIn?: true
   bytesOut?: true
+  wakeOnRequest?: true
+  idleStopMinutes?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -123,6 +139,9 @@ export type HostedServiceMaxAggregateInputType = {
   access?: true
   bytesIn?: true
   bytesOut?: true
+  wakeOnRequest?: true
+  idleStopMinutes?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -138,6 +157,9 @@ export type HostedServiceCountAggregateInputType = {
   access?: true
   bytesIn?: true
   bytesOut?: true
+  wakeOnRequest?: true
+  idleStopMinutes?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -240,6 +262,9 @@ export type HostedServiceGroupByOutputType = {
   access: string
   bytesIn: bigint
   bytesOut: bigint
+  wakeOnRequest: boolean
+  idleStopMinutes: number | null
+  lastRequestAt: Date | null
   createdAt: Date
   updatedAt: Date
   _count: HostedServiceCountAggregateOutputType | null
@@ -278,10 +303,14 @@ export type HostedServiceWhereInput = {
   access?: Prisma.StringFilter<"HostedService"> | string
   bytesIn?: Prisma.BigIntFilter<"HostedService"> | bigint | number
   bytesOut?: Prisma.BigIntFilter<"HostedService"> | bigint | number
+  wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
+  idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
+  lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   instance?: Prisma.XOR<Prisma.InstanceScalarRelationFilter, Prisma.InstanceWhereInput>
+  credentials?: Prisma.ServiceCredentialListRelationFilter
 }
 
 export type HostedServiceOrderByWithRelationInput = {
@@ -295,10 +324,14 @@ export type HostedServiceOrderByWithRelationInput = {
   access?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  wakeOnRequest?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
   instance?: Prisma.InstanceOrderByWithRelationInput
+  credentials?: Prisma.ServiceCredentialOrderByRelationAggregateInput
 }
 
 export type HostedServiceWhereUniqueInput = Prisma.AtLeast<{
@@ -316,10 +349,14 @@ export type HostedServiceWhereUniqueInput = Prisma.AtLeast<{
   access?: Prisma.StringFilter<"HostedService"> | string
   bytesIn?: Prisma.BigIntFilter<"HostedService"> | bigint | number
   bytesOut?: Prisma.BigIntFilter<"HostedService"> | bigint | number
+  wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
+  idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
+  lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   instance?: Prisma.XOR<Prisma.InstanceScalarRelationFilter, Prisma.InstanceWhereInput>
+  credentials?: Prisma.ServiceCredentialListRelationFilter
 }, "id" | "key" | "instanceId_name">
 
 export type HostedServiceOrderByWithAggregationInput = {
@@ -333,6 +370,9 @@ export type HostedServiceOrderByWithAggregationInput = {
   access?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  wakeOnRequest?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.HostedServiceCountOrderByAggregateInput
@@ -356,6 +396,9 @@ export type HostedServiceScalarWhereWithAggregatesInput = {
   access?: Prisma.StringWithAggregatesFilter<"HostedService"> | string
   bytesIn?: Prisma.BigIntWithAggregatesFilter<"HostedService"> | bigint | number
   bytesOut?: Prisma.BigIntWithAggregatesFilter<"HostedService"> | bigint | number
+  wakeOnRequest?: Prisma.BoolWithAggregatesFilter<"HostedService"> | boolean
+  idleStopMinutes?: Prisma.IntNullableWithAggregatesFilter<"HostedService"> | number | null
+  lastRequestAt?: Prisma.DateTimeNullableWithAggregatesFilter<"HostedService"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"HostedService"> | Date | string
 }
@@ -369,10 +412,14 @@ export type HostedServiceCreateInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
   instance: Prisma.InstanceCreateNestedOneWithoutHostedServicesInput
+  credentials?: Prisma.ServiceCredentialCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceUncheckedCreateInput = {
@@ -386,8 +433,12 @@ export type HostedServiceUncheckedCreateInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceUpdateInput = {
@@ -399,10 +450,14 @@ export type HostedServiceUpdateInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
   instance?: Prisma.InstanceUpdateOneRequiredWithoutHostedServicesNestedInput
+  credentials?: Prisma.ServiceCredentialUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceUncheckedUpdateInput = {
@@ -416,8 +471,12 @@ export type HostedServiceUncheckedUpdateInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceCreateManyInput = {
@@ -431,6 +490,9 @@ export type HostedServiceCreateManyInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -444,6 +506,9 @@ export type HostedServiceUpdateManyMutationInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -459,6 +524,9 @@ export type HostedServiceUncheckedUpdateManyInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -489,6 +557,9 @@ export type HostedServiceCountOrderByAggregateInput = {
   access?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  wakeOnRequest?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -497,6 +568,7 @@ export type HostedServiceAvgOrderByAggregateInput = {
   port?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrder
 }
 
 export type HostedServiceMaxOrderByAggregateInput = {
@@ -510,6 +582,9 @@ export type HostedServiceMaxOrderByAggregateInput = {
   access?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  wakeOnRequest?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -525,6 +600,9 @@ export type HostedServiceMinOrderByAggregateInput = {
   access?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  wakeOnRequest?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -533,6 +611,12 @@ export type HostedServiceSumOrderByAggregateInput = {
   port?: Prisma.SortOrder
   bytesIn?: Prisma.SortOrder
   bytesOut?: Prisma.SortOrder
+  idleStopMinutes?: Prisma.SortOrder
+}
+
+export type HostedServiceScalarRelationFilter = {
+  is?: Prisma.HostedServiceWhereInput
+  isNot?: Prisma.HostedServiceWhereInput
 }
 
 export type HostedServiceCreateNestedManyWithoutAccountInput = {
@@ -619,6 +703,20 @@ export type HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput = {
   deleteMany?: Prisma.HostedServiceScalarWhereInput | Prisma.HostedServiceScalarWhereInput[]
 }
 
+export type HostedServiceCreateNestedOneWithoutCredentialsInput = {
+  create?: Prisma.XOR<Prisma.HostedServiceCreateWithoutCredentialsInput, Prisma.HostedServiceUncheckedCreateWithoutCredentialsInput>
+  connectOrCreate?: Prisma.HostedServiceCreateOrConnectWithoutCredentialsInput
+  connect?: Prisma.HostedServiceWhereUniqueInput
+}
+
+export type HostedServiceUpdateOneRequiredWithoutCredentialsNestedInput = {
+  create?: Prisma.XOR<Prisma.HostedServiceCreateWithoutCredentialsInput, Prisma.HostedServiceUncheckedCreateWithoutCredentialsInput>
+  connectOrCreate?: Prisma.HostedServiceCreateOrConnectWithoutCredentialsInput
+  upsert?: Prisma.HostedServiceUpsertWithoutCredentialsInput
+  connect?: Prisma.HostedServiceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.HostedServiceUpdateToOneWithWhereWithoutCredentialsInput, Prisma.HostedServiceUpdateWithoutCredentialsInput>, Prisma.HostedServiceUncheckedUpdateWithoutCredentialsInput>
+}
+
 export type HostedServiceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -628,9 +726,13 @@ export type HostedServiceCreateWithoutAccountInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   instance: Prisma.InstanceCreateNestedOneWithoutHostedServicesInput
+  credentials?: Prisma.ServiceCredentialCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceUncheckedCreateWithoutAccountInput = {
@@ -643,8 +745,12 @@ export type HostedServiceUncheckedCreateWithoutAccountInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceCreateOrConnectWithoutAccountInput = {
@@ -686,6 +792,9 @@ export type HostedServiceScalarWhereInput = {
   access?: Prisma.StringFilter<"HostedService"> | string
   bytesIn?: Prisma.BigIntFilter<"HostedService"> | bigint | number
   bytesOut?: Prisma.BigIntFilter<"HostedService"> | bigint | number
+  wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
+  idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
+  lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
 }
@@ -699,9 +808,13 @@ export type HostedServiceCreateWithoutInstanceInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
+  credentials?: Prisma.ServiceCredentialCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceUncheckedCreateWithoutInstanceInput = {
@@ -714,8 +827,12 @@ export type HostedServiceUncheckedCreateWithoutInstanceInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
 }
 
 export type HostedServiceCreateOrConnectWithoutInstanceInput = {
@@ -743,6 +860,94 @@ export type HostedServiceUpdateManyWithWhereWithoutInstanceInput = {
   data: Prisma.XOR<Prisma.HostedServiceUpdateManyMutationInput, Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceInput>
 }
 
+export type HostedServiceCreateWithoutCredentialsInput = {
+  id: string
+  name: string
+  port: number
+  description?: string
+  key: string
+  access?: string
+  bytesIn?: bigint | number
+  bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
+  instance: Prisma.InstanceCreateNestedOneWithoutHostedServicesInput
+}
+
+export type HostedServiceUncheckedCreateWithoutCredentialsInput = {
+  id: string
+  accountId: string
+  instanceId: string
+  name: string
+  port: number
+  description?: string
+  key: string
+  access?: string
+  bytesIn?: bigint | number
+  bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+}
+
+export type HostedServiceCreateOrConnectWithoutCredentialsInput = {
+  where: Prisma.HostedServiceWhereUniqueInput
+  create: Prisma.XOR<Prisma.HostedServiceCreateWithoutCredentialsInput, Prisma.HostedServiceUncheckedCreateWithoutCredentialsInput>
+}
+
+export type HostedServiceUpsertWithoutCredentialsInput = {
+  update: Prisma.XOR<Prisma.HostedServiceUpdateWithoutCredentialsInput, Prisma.HostedServiceUncheckedUpdateWithoutCredentialsInput>
+  create: Prisma.XOR<Prisma.HostedServiceCreateWithoutCredentialsInput, Prisma.HostedServiceUncheckedCreateWithoutCredentialsInput>
+  where?: Prisma.HostedServiceWhereInput
+}
+
+export type HostedServiceUpdateToOneWithWhereWithoutCredentialsInput = {
+  where?: Prisma.HostedServiceWhereInput
+  data: Prisma.XOR<Prisma.HostedServiceUpdateWithoutCredentialsInput, Prisma.HostedServiceUncheckedUpdateWithoutCredentialsInput>
+}
+
+export type HostedServiceUpdateWithoutCredentialsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  port?: Prisma.IntFieldUpdateOperationsInput | number
+  description?: Prisma.StringFieldUpdateOperationsInput | string
+  key?: Prisma.StringFieldUpdateOperationsInput | string
+  access?: Prisma.StringFieldUpdateOperationsInput | string
+  bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
+  instance?: Prisma.InstanceUpdateOneRequiredWithoutHostedServicesNestedInput
+}
+
+export type HostedServiceUncheckedUpdateWithoutCredentialsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  instanceId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  port?: Prisma.IntFieldUpdateOperationsInput | number
+  description?: Prisma.StringFieldUpdateOperationsInput | string
+  key?: Prisma.StringFieldUpdateOperationsInput | string
+  access?: Prisma.StringFieldUpdateOperationsInput | string
+  bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
 export type HostedServiceCreateManyAccountInput = {
   id: string
   instanceId: string
@@ -753,6 +958,9 @@ export type HostedServiceCreateManyAccountInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -766,9 +974,13 @@ export type HostedServiceUpdateWithoutAccountInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instance?: Prisma.InstanceUpdateOneRequiredWithoutHostedServicesNestedInput
+  credentials?: Prisma.ServiceCredentialUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceUncheckedUpdateWithoutAccountInput = {
@@ -781,8 +993,12 @@ export type HostedServiceUncheckedUpdateWithoutAccountInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceUncheckedUpdateManyWithoutAccountInput = {
@@ -795,6 +1011,9 @@ export type HostedServiceUncheckedUpdateManyWithoutAccountInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -809,6 +1028,9 @@ export type HostedServiceCreateManyInstanceInput = {
   access?: string
   bytesIn?: bigint | number
   bytesOut?: bigint | number
+  wakeOnRequest?: boolean
+  idleStopMinutes?: number | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -822,9 +1044,13 @@ export type HostedServiceUpdateWithoutInstanceInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
+  credentials?: Prisma.ServiceCredentialUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceUncheckedUpdateWithoutInstanceInput = {
@@ -837,8 +1063,12 @@ export type HostedServiceUncheckedUpdateWithoutInstanceInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
 }
 
 export type HostedServiceUncheckedUpdateManyWithoutInstanceInput = {
@@ -851,10 +1081,42 @@ export type HostedServiceUncheckedUpdateManyWithoutInstanceInput = {
   access?: Prisma.StringFieldUpdateOperationsInput | string
   bytesIn?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   bytesOut?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
+
+/**
+ * Count Type HostedServiceCountOutputType
+ */
+
+export type HostedServiceCountOutputType = {
+  credentials: number
+}
+
+export type HostedServiceCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  credentials?: boolean | HostedServiceCountOutputTypeCountCredentialsArgs
+}
+
+/**
+ * HostedServiceCountOutputType without action
+ */
+export type HostedServiceCountOutputTypeDefaultArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the HostedServiceCountOutputType
+   */
+  select?: Prisma.HostedServiceCountOutputTypeSelect<ExtArgs> | null
+}
+
+/**
+ * HostedServiceCountOutputType without action
+ */
+export type HostedServiceCountOutputTypeCountCredentialsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.ServiceCredentialWhereInput
+}
 
 
 export type HostedServiceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -868,10 +1130,15 @@ export type HostedServiceSelect<ExtArgs extends runtime.Types.Extensions.Interna
   access?: boolean
   bytesIn?: boolean
   bytesOut?: boolean
+  wakeOnRequest?: boolean
+  idleStopMinutes?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   instance?: boolean | Prisma.InstanceDefaultArgs<ExtArgs>
+  credentials?: boolean | Prisma.HostedService$credentialsArgs<ExtArgs>
+  _count?: boolean | Prisma.HostedServiceCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["hostedService"]>
 
 export type HostedServiceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -885,6 +1152,9 @@ export type HostedServiceSelectCreateManyAndReturn<ExtArgs extends runtime.Types
   access?: boolean
   bytesIn?: boolean
   bytesOut?: boolean
+  wakeOnRequest?: boolean
+  idleStopMinutes?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -902,6 +1172,9 @@ export type HostedServiceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types
   access?: boolean
   bytesIn?: boolean
   bytesOut?: boolean
+  wakeOnRequest?: boolean
+  idleStopMinutes?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -919,14 +1192,19 @@ export type HostedServiceSelectScalar = {
   access?: boolean
   bytesIn?: boolean
   bytesOut?: boolean
+  wakeOnRequest?: boolean
+  idleStopMinutes?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type HostedServiceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "instanceId" | "name" | "port" | "description" | "key" | "access" | "bytesIn" | "bytesOut" | "createdAt" | "updatedAt", ExtArgs["result"]["hostedService"]>
+export type HostedServiceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "instanceId" | "name" | "port" | "description" | "key" | "access" | "bytesIn" | "bytesOut" | "wakeOnRequest" | "idleStopMinutes" | "lastRequestAt" | "createdAt" | "updatedAt", ExtArgs["result"]["hostedService"]>
 export type HostedServiceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   instance?: boolean | Prisma.InstanceDefaultArgs<ExtArgs>
+  credentials?: boolean | Prisma.HostedService$credentialsArgs<ExtArgs>
+  _count?: boolean | Prisma.HostedServiceCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type HostedServiceIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -942,6 +1220,7 @@ export type $HostedServicePayload<ExtArgs extends runtime.Types.Extensions.Inter
   objects: {
     account: Prisma.$AccountPayload<ExtArgs>
     instance: Prisma.$InstancePayload<ExtArgs>
+    credentials: Prisma.$ServiceCredentialPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -966,6 +1245,18 @@ export type $HostedServicePayload<ExtArgs extends runtime.Types.Extensions.Inter
      */
     bytesIn: bigint
     bytesOut: bigint
+    /**
+     * A request for the stopped machine resumes it (with its memory session) and is answered once it is up.
+     */
+    wakeOnRequest: boolean
+    /**
+     * The machine stops itself (memory saved) after this many minutes without a request to it; null: never.
+     */
+    idleStopMinutes: number | null
+    /**
+     * When the proxy last carried a request for it (flushed with the byte counts, about once a minute).
+     */
+    lastRequestAt: Date | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["hostedService"]>
@@ -1364,6 +1655,7 @@ export interface Prisma__HostedServiceClient<T, Null = never, ExtArgs extends ru
   readonly [Symbol.toStringTag]: "PrismaPromise"
   account<T extends Prisma.AccountDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.AccountDefaultArgs<ExtArgs>>): Prisma.Prisma__AccountClient<runtime.Types.Result.GetResult<Prisma.$AccountPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
   instance<T extends Prisma.InstanceDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.InstanceDefaultArgs<ExtArgs>>): Prisma.Prisma__InstanceClient<runtime.Types.Result.GetResult<Prisma.$InstancePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  credentials<T extends Prisma.HostedService$credentialsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.HostedService$credentialsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ServiceCredentialPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1403,6 +1695,9 @@ export interface HostedServiceFieldRefs {
   readonly access: Prisma.FieldRef<"HostedService", 'String'>
   readonly bytesIn: Prisma.FieldRef<"HostedService", 'BigInt'>
   readonly bytesOut: Prisma.FieldRef<"HostedService", 'BigInt'>
+  readonly wakeOnRequest: Prisma.FieldRef<"HostedService", 'Boolean'>
+  readonly idleStopMinutes: Prisma.FieldRef<"HostedService", 'Int'>
+  readonly lastRequestAt: Prisma.FieldRef<"HostedService", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"HostedService", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"HostedService", 'DateTime'>
 }
@@ -1801,6 +2096,30 @@ export type HostedServiceDeleteManyArgs<ExtArgs extends runtime.Types.Extensions
    * Limit how many HostedServices to delete.
    */
   limit?: number
+}
+
+/**
+ * HostedService.credentials
+ */
+export type HostedService$credentialsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ServiceCredential
+   */
+  select?: Prisma.ServiceCredentialSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ServiceCredential
+   */
+  omit?: Prisma.ServiceCredentialOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServiceCredentialInclude<ExtArgs> | null
+  where?: Prisma.ServiceCredentialWhereInput
+  orderBy?: Prisma.ServiceCredentialOrderByWithRelationInput | Prisma.ServiceCredentialOrderByWithRelationInput[]
+  cursor?: Prisma.ServiceCredentialWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.ServiceCredentialScalarFieldEnum | Prisma.ServiceCredentialScalarFieldEnum[]
 }
 
 /**

@@ -1,0 +1,83 @@
+// The proxy's side of private services (docs/hosted-services.md "Access account"): what a request
+// brought (kiste's cookie of the service's host, an API key, a `kiste_token` parameter), the cookie a
+// traded code becomes, and the request as the app gets it — with none of kiste's credentials, which
+// are kiste's alone whether the service is private or public.
+import type { IncomingMessage } from 'node:http';
+import type { PresentedCredentials } from '../domain/service-access';
+import type { ServiceAddresses } from '../domain/service-addresses';
+
+/** The service cookie's name: host-only over HTTPS in subdomain mode (`__Host-`), path-scoped under a shared origin. */
+export function serviceCookieName(addresses: ServiceAddresses): string {
+  if (!isSecure(addresses)) return 'kiste_svc';
+  return addresses.mode === 'subdomain' ? '__Host-kiste_svc' : '__Secure-kiste_svc';
+}
+
+const COOKIE_NAMES = new Set(['kiste_svc', '__Host-kiste_svc', '__Secure-kiste_svc']);
+export const TOKEN_PARAMETER = 'kiste_token';
+/** Where a browser trades its one-time code for the cookie (on the service's own address). */
+export const AUTH_PATH = '/__kiste/auth';
+
+/** What the request brought for a private service. */
+export function presentedCredentials(req: IncomingMessage, addresses: ServiceAddresses): PresentedCredentials {
+  const name = serviceCookieName(addresses);
+  const cookie = cookiePairs(req.headers.cookie).find(([key]) => key === name)?.[1];
+  const bearer = kisteBearer(req.headers.authorization);
+  const token = queryOf(req.url ?? '').get(TOKEN_PARAMETER) ?? undefined;
+  return { cookie, bearer: bearer ?? undefined, token };
+}
+
+/** The Set-Cookie line for a traded code: HttpOnly, SameSite=Lax, this host only (and, under a shared origin, this service's path only). */
+export function serviceCookie(addresses: ServiceAddresses, pathPrefix: string, value: string, maxAgeSeconds: number): string {
+  const attributes = [`${serviceCookieName(addresses)}=${value}`, `Path=${pathPrefix ? `${pathPrefix}/` : '/'}`, 'HttpOnly', 'SameSite=Lax', `Max-Age=${maxAgeSeconds}`];
+  if (isSecure(addresses)) attributes.push('Secure');
+  return attributes.join('; ');
+}
+
+/** A CORS preflight: it carries no credentials by the standard, so it reaches the app as it is. */
+export function isPreflight(req: IncomingMessage): boolean {
+  return req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined;
+}
+
+/** The Cookie header less kiste's service cookies (undefined when nothing is left). */
+export function cookieForApp(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  const kept = header.split(';').filter((part) => !COOKIE_NAMES.has(part.slice(0, Math.max(0, part.indexOf('='))).trim()));
+  const joined = kept.map((part) => part.trim()).filter(Boolean).join('; ');
+  return joined || undefined;
+}
+
+/** An Authorization header that carries a kiste credential (never passed to an app). */
+export function kisteBearer(header: string | undefined): string | null {
+  const match = /^Bearer\s+(kiste_[A-Za-z0-9_-]{1,200})\s*$/i.exec(header ?? '');
+  return match ? match[1]! : null;
+}
+
+/** The path and query less the `kiste_token` parameter (the rest kept byte for byte). */
+export function pathForApp(url: string): string {
+  const mark = url.indexOf('?');
+  if (mark < 0) return url;
+  const kept = url.slice(mark + 1).split('&').filter((pair) => pair.split('=')[0] !== TOKEN_PARAMETER);
+  return kept.length ? `${url.slice(0, mark)}?${kept.join('&')}` : url.slice(0, mark);
+}
+
+/** The query of a request target (a bad one reads as empty). */
+export function queryOf(url: string): URLSearchParams {
+  const mark = url.indexOf('?');
+  try {
+    return new URLSearchParams(mark < 0 ? '' : url.slice(mark + 1));
+  } catch {
+    return new URLSearchParams();
+  }
+}
+
+function isSecure(addresses: ServiceAddresses): boolean {
+  return addresses.mode === 'subdomain' ? addresses.scheme === 'https' : addresses.origin.startsWith('https:');
+}
+
+function cookiePairs(header: string | undefined): [string, string][] {
+  if (!header) return [];
+  return header.split(';').flatMap((part) => {
+    const index = part.indexOf('=');
+    return index > 0 ? [[part.slice(0, index).trim(), part.slice(index + 1).trim()] as [string, string]] : [];
+  });
+}
