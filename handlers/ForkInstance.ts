@@ -1,10 +1,10 @@
 import type { Handler } from '../src/http/handler';
 import { presentInstance } from './present-instance';
 
-export const handler: Handler<'ForkInstance'> = async ({ auth, services, params, body }) => ({
-  status: 200,
-  body: presentInstance(
-    await services.instances.fork(auth.accountId, params.name, { name: body.name, ttlSeconds: body.ttl_seconds ?? null, memory: body.memory ?? false }),
-    services.instances.latestImageVersion(),
-  ),
-});
+export const handler: Handler<'ForkInstance'> = async ({ auth, services, params, body }) => {
+  const source = await services.instances.get(auth.accountId, params.name);
+  const copy = await services.instances.fork(auth.accountId, params.name, { name: body.name, ttlSeconds: body.ttl_seconds ?? null, memory: body.memory ?? false });
+  // The copy publishes what its source published, under URLs of its own (openapi: HostedServiceResponse).
+  await services.hostedServices.copyToFork(source, copy);
+  return { status: 200, body: presentInstance(copy, services.instances.latestImageVersion()) };
+};

@@ -97,6 +97,8 @@ export function presentService(view: ServiceView): Schemas['HostedServiceRespons
     status: view.status,
     public_url: view.publicUrl,
     access: view.service.access as ServiceAccess,
+    wake_on_request: view.service.wakeOnRequest,
+    idle_stop_minutes: view.service.idleStopMinutes,
     created_at: iso(view.service.createdAt),
     updated_at: iso(view.service.updatedAt),
   };

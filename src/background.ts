@@ -67,6 +67,15 @@ function finishOpenOperations(services: Services): Promise<void> {
   return services.instances.reconcile({ cleanUp: false, onlyOpen: true });
 }
 
+/** Each idle machine is stopped with its memory saved, as its owner's stop would (a busy one is left for the next round). */
+async function stopIdleMachines(services: Services, logger: Logger): Promise<void> {
+  for (const instance of await services.hostedServices.idleMachines()) {
+    await services.instances.stop(instance.accountId, instance.name, true).catch((error: unknown) => {
+      logger.warn({ err: (error as Error).message, instance: instance.id }, 'an idle machine of hosted services could not be stopped');
+    });
+  }
+}
+
 export function serviceJobs(services: Services, logger: Logger, leadership: Leadership = SOLE_PROCESS): BackgroundJobs {
   return new BackgroundJobs(
     [
@@ -83,6 +92,8 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
       { name: 'orphaned-operations', everyMs: 10_000, run: () => finishOrphanedOperations(services) },
+      // machines whose hosted services have served no one for their idle time stop, memory saved
+      { name: 'service-idle-stops', everyMs: 60_000, run: () => stopIdleMachines(services, logger) },
       // An operation a worker's timeout or end left open, when no return of the worker finished it.
       ...(services.compute.kind !== 'in-process' ? [{ name: 'open-operations', everyMs: 60_000, run: () => finishOpenOperations(services) }] : []),
     ],

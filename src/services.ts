@@ -79,6 +79,7 @@ import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 import { HostedServices } from './domain/hosted-services';
 import { HostedServiceStore } from './store/hosted-services';
 import { ServiceAccessGate } from './domain/service-access';
+import { ServiceWake } from './domain/service-wake';
 import { ServiceCredentialStore } from './store/service-credentials';
 import { ServiceProxy } from './http/service-proxy';
 
@@ -101,6 +102,7 @@ export interface Services {
   deviceKeys: DeviceKeys;
   hostedServices: HostedServices;
   serviceAccess: ServiceAccessGate;
+  serviceWake: ServiceWake;
   /** Requests for published services, before anything of kiste's (src/http/service-proxy.ts). */
   serviceProxy: ServiceProxy;
   oauth: OAuth;
@@ -259,6 +261,7 @@ export function createServices(config: Config, database: Database, options: Serv
   const hostedServiceStore = new HostedServiceStore(db);
   const hostedServices = new HostedServices(transactions, hostedServiceStore, stores.accounts, instances,
     { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock);
+  const serviceWake = new ServiceWake({ resume: (accountId, name) => instances.resume(accountId, name), findById: (id) => stores.instances.findById(id) });
   const serviceAccess = new ServiceAccessGate(new ServiceCredentialStore(db), hostedServiceStore, config.services, (token) => credentials.authenticateBearer(token), clock);
   return {
     config,
@@ -276,8 +279,12 @@ export function createServices(config: Config, database: Database, options: Serv
     deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
     hostedServices,
     serviceAccess,
-    serviceProxy: new ServiceProxy(hostedServices, serviceAccess, { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) },
-      logger, config.baseUrl, config.consoleUrl),
+    serviceWake,
+    serviceProxy: new ServiceProxy({
+      services: hostedServices, access: serviceAccess, wake: serviceWake,
+      reach: { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) },
+      logger, baseUrl: config.baseUrl, consoleUrl: config.consoleUrl,
+    }),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),

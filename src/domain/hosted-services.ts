@@ -6,7 +6,7 @@ import { randomInt } from 'node:crypto';
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import { appendEvent } from '../store/events';
-import type { HostedService, HostedServiceStore } from '../store/hosted-services';
+import type { HostedService, HostedServiceChanges, HostedServiceStore } from '../store/hosted-services';
 import type { Instance } from '../store/instances';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
@@ -32,7 +32,11 @@ export interface NewService {
   port: number;
   description?: string;
   access?: ServiceAccess;
+  wakeOnRequest?: boolean;
+  idleStopMinutes?: number | null;
 }
+
+type ServiceEventType = 'service.created' | 'service.updated' | 'service.status_changed' | 'service.deleted';
 
 /** A service as the API shows it. */
 export interface ServiceView extends PublishedAt {
@@ -67,7 +71,8 @@ export class HostedServices {
       }
       const service = await this.store.create(tx, {
         id: newId(), accountId, instanceId: instance.id, name: request.name, port: request.port,
-        description: request.description ?? '', key: newServiceKey(), access: request.access ?? 'account', createdAt: this.clock.now(),
+        description: request.description ?? '', key: newServiceKey(), access: request.access ?? 'account',
+        wakeOnRequest: request.wakeOnRequest ?? false, idleStopMinutes: request.idleStopMinutes ?? null, createdAt: this.clock.now(),
       });
       await this.event(tx, 'service.created', service, instance, addresses);
       return service;
@@ -84,6 +89,56 @@ export class HostedServices {
   async get(accountId: string, machineName: string, name: string): Promise<ServiceView> {
     const instance = await this.machines.get(accountId, machineName);
     return this.view(await this.find(accountId, instance, name), instance);
+  }
+
+  /** Changes access, description or the wake settings; a `service.updated` event. */
+  async update(accountId: string, machineName: string, name: string, changes: HostedServiceChanges): Promise<ServiceView> {
+    const instance = await this.machines.get(accountId, machineName);
+    const service = await this.find(accountId, instance, name);
+    const updated = await this.transactions.run(async (tx) => {
+      if ((await this.store.update(tx, accountId, service.id, changes, this.clock.now())).count !== 1) return null;
+      const now = { ...service, ...changes };
+      await this.event(tx, 'service.updated', now, instance, this.addresses, { access: now.access });
+      return now;
+    });
+    if (!updated) throw new KisteError('S10', { message: `${machineName} has no service named ${name}`, param: 'service' });
+    return this.view(await this.find(accountId, instance, name), instance);
+  }
+
+  /**
+   * A fork's copy publishes what its source published, each under a new key (its URLs are its own),
+   * with the same access and wake settings.
+   */
+  async copyToFork(source: Instance, copy: Instance): Promise<void> {
+    const services = await this.store.ofMachine(source.id);
+    if (services.length === 0) return;
+    await this.transactions.run(async (tx) => {
+      for (const service of services) {
+        const created = await this.store.create(tx, {
+          id: newId(), accountId: copy.accountId, instanceId: copy.id, name: service.name, port: service.port, description: service.description,
+          key: newServiceKey(), access: service.access as ServiceAccess, wakeOnRequest: service.wakeOnRequest, idleStopMinutes: service.idleStopMinutes,
+          createdAt: this.clock.now(),
+        });
+        await this.event(tx, 'service.created', created, copy, this.addresses);
+      }
+    });
+  }
+
+  /**
+   * Running machines whose services have been idle (no request carried, no connection held) for the
+   * smallest idle time of their services, counted from the last use or the machine's last change
+   * (it started), whichever is later.
+   */
+  async idleMachines(): Promise<Instance[]> {
+    const now = this.clock.now().getTime();
+    const byMachine = new Map<string, { instance: Instance; minutes: number; lastUse: number }>();
+    for (const { instance, ...service } of await this.store.idleCandidates()) {
+      const entry = byMachine.get(instance.id) ?? { instance, minutes: Infinity, lastUse: instance.updatedAt.getTime() };
+      entry.minutes = Math.min(entry.minutes, service.idleStopMinutes!);
+      entry.lastUse = Math.max(entry.lastUse, service.lastRequestAt?.getTime() ?? 0);
+      byMachine.set(instance.id, entry);
+    }
+    return [...byMachine.values()].filter((entry) => now - entry.lastUse >= entry.minutes * 60_000).map((entry) => entry.instance);
   }
 
   /** The account's service of a machine, as stored (S10 when there is none). */
@@ -111,9 +166,23 @@ export class HostedServices {
     return { service, instance, ...publishedAt(this.addresses, service.name, service.key) };
   }
 
-  /** Bytes the proxy carried for services since the last flush. */
+  /** Bytes the proxy carried for services since the last flush (each of them in use now). */
   countBytes(counts: ReadonlyMap<string, { in: number; out: number }>): Promise<void> {
-    return this.store.addBytes(counts);
+    return this.store.addBytes(counts, this.clock.now());
+  }
+
+  /**
+   * A status seen (a read, the proxy, a wake): when it differs from the last one seen, a
+   * `service.status_changed` event (the first one seen, at creation, is no change).
+   */
+  async noteStatus(service: HostedService, instance: Instance, status: ServiceStatus): Promise<void> {
+    if (service.lastStatus === status) return;
+    await this.transactions.run(async (tx) => {
+      if ((await this.store.noteStatus(tx, service.id, service.lastStatus, status)) && service.lastStatus !== null) {
+        await this.event(tx, 'service.status_changed', service, instance, this.addresses, { status });
+      }
+    });
+    service.lastStatus = status;
   }
 
   /** Where services are published (null: nowhere). */
@@ -133,7 +202,9 @@ export class HostedServices {
   }
 
   private async view(service: HostedService, instance: Instance): Promise<ServiceView> {
-    return { service, instance, status: await this.status(service, instance), ...publishedAt(this.published(), service.name, service.key) };
+    const status = await this.status(service, instance);
+    await this.noteStatus(service, instance, status);
+    return { service, instance, status, ...publishedAt(this.published(), service.name, service.key) };
   }
 
   /** As it is now: the machine's state, then whether the port answers. */
@@ -143,11 +214,11 @@ export class HostedServices {
   }
 
   /** An event of the service (its URL empty where the installation publishes none now: a delete still works). */
-  private event(tx: Transaction, type: 'service.created' | 'service.deleted', service: HostedService, instance: Instance, addresses: ServiceAddresses | null) {
+  private event(tx: Transaction, type: ServiceEventType, service: HostedService, instance: Instance, addresses: ServiceAddresses | null, more: { status?: ServiceStatus; access?: string } = {}) {
     const publicUrl = addresses ? publishedAt(addresses, service.name, service.key).publicUrl : '';
     return appendEvent(tx, service.accountId, {
       type, resourceType: 'hosted_service', resourceId: service.id,
-      data: { name: service.name, port: service.port, instance_name: instance.name, public_url: publicUrl },
+      data: { name: service.name, port: service.port, instance_name: instance.name, public_url: publicUrl, ...more },
     });
   }
 }

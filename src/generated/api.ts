@@ -1231,7 +1231,8 @@ export interface paths {
         delete: operations["DeleteService"];
         options?: never;
         head?: never;
-        patch?: never;
+        /** Change a hosted service's access, description or wake settings */
+        patch: operations["UpdateService"];
         trace?: never;
     };
     "/v1/instances/{name}/services/{service}/tokens": {
@@ -2206,6 +2207,7 @@ export interface components {
              */
             access: "account" | "public";
             description?: string;
+            idle_stop_minutes?: components["schemas"]["ServiceIdleStopMinutes"];
             /** @description Lower-case letters, digits and inner hyphens, at most 52 (with the key it makes one DNS label of at most 63). Unique per machine. */
             name: string;
             /**
@@ -2213,6 +2215,7 @@ export interface components {
              * @description The guest's TCP port; one service per port and machine.
              */
             port: number;
+            wake_on_request?: components["schemas"]["ServiceWakeOnRequest"];
         };
         CreateSnapshotRequest: {
             name: string;
@@ -2475,17 +2478,27 @@ export interface components {
         };
         /** @description A hosted service as it was when the event happened. */
         EventDataService: {
+            /**
+             * @description service.updated: the access now.
+             * @enum {string}
+             */
+            access?: "account" | "public";
             instance_name: string;
             name: string;
             /** Format: int32 */
             port: number;
             public_url: string;
+            /**
+             * @description service.status_changed: the status now seen.
+             * @enum {string}
+             */
+            status?: "active" | "unreachable" | "stopped";
         };
         /**
          * @description Every event type of the account stream. The `data` of each is defined in ControlEventResponse.
          * @enum {string}
          */
-        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated" | "service.created" | "service.deleted";
+        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated" | "service.created" | "service.updated" | "service.status_changed" | "service.deleted";
         ExecCompletedEvent: {
             /** Format: int64 */
             duration_ms: number;
@@ -2602,6 +2615,8 @@ export interface components {
             description: string;
             /** Format: uuid */
             id: string;
+            /** Format: int32 */
+            idle_stop_minutes: number | null;
             /** Format: uuid */
             instance_id: string;
             instance_name: string;
@@ -2624,6 +2639,7 @@ export interface components {
             status: "active" | "unreachable" | "stopped";
             /** Format: date-time */
             updated_at: string;
+            wake_on_request: boolean;
             /** @description Whether WebSocket upgrades pass (always true). */
             websocket: boolean;
         };
@@ -3221,6 +3237,15 @@ export interface components {
             content_base64: string;
             path: string;
         };
+        /**
+         * Format: int32
+         * @description The machine stops itself, with its memory saved, once none of its services has carried a
+         *     request or held a connection for this many minutes (the smallest of its services' settings
+         *     counts; measured to about a minute). Made for `wake_on_request`: the next request resumes
+         *     it. Null: never.
+         * @default null
+         */
+        ServiceIdleStopMinutes: number | null;
         ServiceRedirect: {
             /** @constant */
             object: "service_redirect";
@@ -3239,6 +3264,14 @@ export interface components {
             /** @description Shown once. Send it as the query parameter named by `parameter`. */
             token: string;
         };
+        /**
+         * @description A request for the service while its machine is stopped resumes the machine (with its saved
+         *     memory session where it has one, so in about a second) and is answered once the port answers,
+         *     within 60 seconds (then 503). Started by the owner's account, as `POST …/resume` would be:
+         *     the account's limits apply. Off: such a request gets 409 K03.
+         * @default false
+         */
+        ServiceWakeOnRequest: boolean;
         SessionRevocationResponse: {
             message: string;
             /** @constant */
@@ -3376,6 +3409,14 @@ export interface components {
             variables?: {
                 [key: string]: string;
             };
+        };
+        /** @description The fields to change; the others stay. Name, port and key are fixed (delete and publish again for new ones). */
+        UpdateServiceRequest: {
+            /** @enum {string} */
+            access?: "account" | "public";
+            description?: string;
+            idle_stop_minutes?: components["schemas"]["ServiceIdleStopMinutes"];
+            wake_on_request?: components["schemas"]["ServiceWakeOnRequest"];
         };
         UpdateWebhookRequest: {
             enabled?: boolean | null;
@@ -6224,6 +6265,46 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    UpdateService: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Instance name. */
+                name: components["parameters"]["InstanceName"];
+                /** @description Hosted service name. */
+                service: components["parameters"]["ServiceName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateServiceRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostedServiceResponse"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            415: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+            500: components["responses"]["Error"];
+            default: components["responses"]["Error"];
+        };
+    };
     CreateServiceToken: {
         parameters: {
             query?: never;
@@ -7251,7 +7332,9 @@ export const createServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequir
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
 export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "S13", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
-export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.deleted"];
+export const eventDataServiceAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["access"]> = ["account", "public"];
+export const eventDataServiceStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["status"]> = ["active", "unreachable", "stopped"];
+export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.updated", "service.status_changed", "service.deleted"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];
 export const hostedServiceResponseAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["HostedServiceResponse"]["access"]> = ["account", "public"];
@@ -7270,5 +7353,6 @@ export const platformIncidentStatusValues: ReadonlyArray<FlattenedDeepRequired<c
 export const platformStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["PlatformState"]> = ["operational", "degraded", "outage"];
 export const signInKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SignIn"]["kind"]> = ["browser", "cli"];
 export const snapshotResponseStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SnapshotResponse"]["status"]> = ["pending", "ready", "failed"];
+export const updateServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UpdateServiceRequest"]["access"]> = ["account", "public"];
 export const webhookDeliveryStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookDelivery"]["state"]> = ["pending", "succeeded", "failed", "retrying"];
 export const webhookHealthStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookHealth"]["state"]> = ["healthy", "failing", "disabled", "unknown"];

@@ -97,6 +97,7 @@ import { handler as TestWebhook } from '../../handlers/TestWebhook';
 import { handler as UnlockSignIn } from '../../handlers/UnlockSignIn';
 import { handler as UpdateAlertPreferences } from '../../handlers/UpdateAlertPreferences';
 import { handler as UpdateEnvironment } from '../../handlers/UpdateEnvironment';
+import { handler as UpdateService } from '../../handlers/UpdateService';
 import { handler as UpdateWebhook } from '../../handlers/UpdateWebhook';
 import { handler as UpgradeInstance } from '../../handlers/UpgradeInstance';
 
@@ -196,6 +197,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   UnlockSignIn,
   UpdateAlertPreferences,
   UpdateEnvironment,
+  UpdateService,
   UpdateWebhook,
   UpgradeInstance,
 };

@@ -42,6 +42,7 @@ export class ServiceProxyLimits {
     if (!this.take(service, this.limits.requestsPerService)) return null;
     this.add(service, 1);
     this.add(pair, 1);
+    this.count(serviceId, 'in', 0); // used now, even if it carries no byte before the next flush
     let released = false;
     return {
       release: () => {
@@ -60,10 +61,15 @@ export class ServiceProxyLimits {
     counts[direction] += bytes;
   }
 
-  /** The bytes counted since the last take; `putBack` them when they could not be stored. */
+  /**
+   * The bytes counted since the last take, for every service used meanwhile or holding a connection
+   * now (with no bytes: it is in use all the same, which keeps its machine from an idle stop);
+   * `putBack` them when they could not be stored.
+   */
   takeCounts(): Map<string, { in: number; out: number }> {
     const counts = new Map(this.carried);
     this.carried.clear();
+    for (const key of this.open.keys()) if (key.startsWith('service:') && !counts.has(key.slice(8))) counts.set(key.slice(8), { in: 0, out: 0 });
     return counts;
   }
 

@@ -17,6 +17,7 @@ import { requestIdOf } from './request-id';
 import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
 import { AUTH_PATH, isPreflight, presentedCredentials, queryOf, serviceCookie } from './service-proxy-access';
 import { SERVICE_COOKIE_SECONDS, type ServiceAccessGate } from '../domain/service-access';
+import type { ServiceWake } from '../domain/service-wake';
 import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
 
 /** A TCP stream to a machine's port (through its guest agent, wherever it runs). */
@@ -29,9 +30,23 @@ export interface ServiceProxyLogger {
 }
 
 const FLUSH_BYTES_MS = 60_000;
+/** How long a woken machine's port is tried again until it answers (a machine booted afresh starts its app itself). */
+const WOKEN_PORT_MS = 30_000;
+
+export interface ServiceProxyParts {
+  services: HostedServices;
+  access: ServiceAccessGate;
+  wake: ServiceWake;
+  reach: ServiceReach;
+  logger: ServiceProxyLogger;
+  /** kiste's own address: error answers link their documentation there. */
+  baseUrl: string;
+  /** Where a browser is sent to be let into a private service. */
+  consoleUrl: string;
+}
 
 type Resolved = NonNullable<Awaited<ReturnType<HostedServices['resolve']>>>;
-type Target = { resolved: Resolved; path: string; slot: ConnectionSlot };
+type Target = { resolved: Resolved; path: string; slot: ConnectionSlot; woken: boolean };
 /** How a request the proxy does not carry is answered: an error, or (a page load) a redirect. */
 interface Answer {
   refuse(error: KisteError): void;
@@ -42,16 +57,16 @@ export class ServiceProxy {
   private readonly limits = new ServiceProxyLimits();
   private readonly flushTimer: NodeJS.Timeout;
 
-  constructor(
-    private readonly services: HostedServices,
-    private readonly access: ServiceAccessGate,
-    private readonly reach: ServiceReach,
-    private readonly logger: ServiceProxyLogger,
-    /** kiste's own address: error answers link their documentation there. */
-    private readonly baseUrl: string,
-    /** Where a browser is sent to be let into a private service. */
-    private readonly consoleUrl: string,
-  ) {
+  private readonly services: HostedServices;
+  private readonly access: ServiceAccessGate;
+  private readonly wake: ServiceWake;
+  private readonly reach: ServiceReach;
+  private readonly logger: ServiceProxyLogger;
+  private readonly baseUrl: string;
+  private readonly consoleUrl: string;
+
+  constructor(parts: ServiceProxyParts) {
+    ({ services: this.services, access: this.access, wake: this.wake, reach: this.reach, logger: this.logger, baseUrl: this.baseUrl, consoleUrl: this.consoleUrl } = parts);
     this.flushTimer = setInterval(() => void this.flush(), FLUSH_BYTES_MS).unref();
   }
 
@@ -78,7 +93,7 @@ export class ServiceProxy {
       res.writeHead(308, { location: `${resolved.pathPrefix}/${url.slice(resolved.pathPrefix.length)}`, 'content-length': 0 });
       return void res.end();
     }
-    const guest = await this.openGuest(resolved, slot, (error) => this.answerError(req, res, error));
+    const guest = await this.openGuest(target, (error) => this.answerError(req, res, error));
     if (!guest) return;
     const id = resolved.service.id;
     const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
@@ -127,7 +142,7 @@ export class ServiceProxy {
     const target = await this.target(req, { refuse: (error) => rawError(socket, error) });
     if (!target) return;
     const { resolved, path, slot } = target;
-    const guest = await this.openGuest(resolved, slot, (error) => rawError(socket, error));
+    const guest = await this.openGuest(target, (error) => rawError(socket, error));
     if (!guest) return;
     const id = resolved.service.id;
     let ended = false;
@@ -193,16 +208,29 @@ export class ServiceProxy {
     }
     const path = appPath(url, resolved.pathPrefix);
     if (resolved.service.access !== 'public' && !(await this.letIn(req, resolved, path, answer))) return null;
-    if (resolved.instance.status !== 'running') {
-      refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: 'Its owner can resume it.' }));
-      return null;
-    }
     const slot = this.limits.connect(resolved.service.id, client);
     if (!slot) {
       refuse(new KisteError('L01', { message: 'This service takes no more requests right now', retryAfterSeconds: 5 }));
       return null;
     }
-    return { resolved, path, slot };
+    let woken = false;
+    if (resolved.instance.status !== 'running' || resolved.instance.operation) {
+      if (!resolved.service.wakeOnRequest) {
+        slot.release();
+        await this.services.noteStatus(resolved.service, resolved.instance, 'stopped').catch(() => undefined);
+        refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: 'Its owner can resume it, or turn on wake_on_request.' }));
+        return null;
+      }
+      try {
+        resolved.instance = await this.wake.wake(resolved.instance);
+        woken = true;
+      } catch (error) {
+        slot.release();
+        refuse(error instanceof KisteError ? error : new KisteError('K03', { message: 'The machine that serves this address could not be started' }));
+        return null;
+      }
+    }
+    return { resolved, path, slot, woken };
   }
 
   /**
@@ -240,13 +268,26 @@ export class ServiceProxy {
   }
 
   /** A stream to the service's port; when none can be had, the slot is given back, the reason answered through `refuse`, and null. */
-  private async openGuest(resolved: Resolved, slot: ConnectionSlot, refuse: (error: KisteError) => void): Promise<Duplex | null> {
-    try {
-      return await this.reach.openPort(resolved.instance.id, resolved.service.port);
-    } catch (error) {
-      slot.release();
-      refuse(cameFromUnreachableHost(error) ? new KisteError('N01') : new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` }));
-      return null;
+  private async openGuest({ resolved, slot, woken }: Target, refuse: (error: KisteError) => void): Promise<Duplex | null> {
+    const deadline = Date.now() + (woken ? WOKEN_PORT_MS : 0);
+    for (;;) {
+      try {
+        const guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
+        void this.services.noteStatus(resolved.service, resolved.instance, 'active').catch(() => undefined);
+        return guest;
+      } catch (error) {
+        if (!cameFromUnreachableHost(error) && Date.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 250));
+          continue;
+        }
+        slot.release();
+        if (cameFromUnreachableHost(error)) refuse(new KisteError('N01'));
+        else {
+          void this.services.noteStatus(resolved.service, resolved.instance, 'unreachable').catch(() => undefined);
+          refuse(new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` }));
+        }
+        return null;
+      }
     }
   }
 

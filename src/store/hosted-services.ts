@@ -16,7 +16,17 @@ export interface NewHostedService {
   description: string;
   key: string;
   access: 'account' | 'public';
+  wakeOnRequest: boolean;
+  idleStopMinutes: number | null;
   createdAt: Date;
+}
+
+/** What an update may change. */
+export interface HostedServiceChanges {
+  access?: 'account' | 'public';
+  description?: string;
+  wakeOnRequest?: boolean;
+  idleStopMinutes?: number | null;
 }
 
 export class HostedServiceStore {
@@ -41,11 +51,31 @@ export class HostedServiceStore {
     return this.db.hostedService.findUnique({ where: { key }, include: { instance: true } });
   }
 
-  /** Adds bytes carried for services (the proxy's counts, flushed every minute). */
-  async addBytes(counts: ReadonlyMap<string, { in: number; out: number }>): Promise<void> {
+  /** Adds bytes carried for services (the proxy's counts, flushed every minute); each was in use at `now`. */
+  async addBytes(counts: ReadonlyMap<string, { in: number; out: number }>, now: Date): Promise<void> {
     for (const [id, count] of counts) {
-      await this.db.hostedService.updateMany({ where: { id }, data: { bytesIn: { increment: count.in }, bytesOut: { increment: count.out } } });
+      await this.db.hostedService.updateMany({ where: { id }, data: { bytesIn: { increment: count.in }, bytesOut: { increment: count.out }, lastRequestAt: now } });
     }
+  }
+
+  update(tx: Transaction, accountId: string, id: string, changes: HostedServiceChanges, now: Date): Promise<{ count: number }> {
+    return clientFor(tx).hostedService.updateMany({ where: { accountId, id }, data: { ...changes, updatedAt: now } });
+  }
+
+  /** Records a status seen; true for the one caller that changed it from `was` (its event is then due). */
+  async noteStatus(tx: Transaction, id: string, was: string | null, status: string): Promise<boolean> {
+    const { count } = await clientFor(tx).hostedService.updateMany({ where: { id, lastStatus: was }, data: { lastStatus: status } });
+    return count === 1;
+  }
+
+  /** Running machines with a service that stops them when idle: their services' idle settings and last use. */
+  idleCandidates(): Promise<(HostedService & { instance: Instance })[]> {
+    return this.db.hostedService.findMany({ where: { instance: { status: 'running', operation: null }, idleStopMinutes: { not: null } }, include: { instance: true } });
+  }
+
+  /** Every service of the machine (any account check done by the caller: the machine is the account's). */
+  ofMachine(instanceId: string): Promise<HostedService[]> {
+    return this.db.hostedService.findMany({ where: { instanceId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] });
   }
 
   /** Whether the machine has a service of that name or on that port. */

@@ -61,6 +61,15 @@ function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessa
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, port: (server.address() as AddressInfo).port, seen })));
 }
 
+/** The service's proxy parts with the reach stood in for. */
+function proxyOf(t: TestService, reach: ServiceReach): ServiceProxy {
+  return new ServiceProxy({
+    services: t.services.hostedServices, access: t.services.serviceAccess, reach, logger: { warn: () => undefined },
+    wake: t.services.serviceWake,
+    baseUrl: t.config.baseUrl, consoleUrl: t.config.consoleUrl,
+  });
+}
+
 /** The proxy's counts flushed, the servers closed with their connections, the service stopped. */
 async function stopAll(proxy: ServiceProxy, servers: Server[], t: TestService): Promise<void> {
   await proxy.close();
@@ -96,7 +105,7 @@ describe('the services proxy', () => {
     key = await apiKeyFor(t, account);
     await insertInstance(t, account, 'web', 'running');
     await insertInstance(t, account, 'off', 'stopped', { desiredState: 'stopped' });
-    proxy = new ServiceProxy(t.services.hostedServices, t.services.serviceAccess, reach, { warn: () => undefined }, t.config.baseUrl, t.config.consoleUrl);
+    proxy = proxyOf(t, reach);
     front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
     front.on('upgrade', (req, socket, head) => void proxy.upgrade(req, socket, head));
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
@@ -340,7 +349,7 @@ describe('the services proxy under paths of an origin of their own', () => {
       const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
       socket.once('error', reject);
     }) };
-    const proxy = new ServiceProxy(t.services.hostedServices, t.services.serviceAccess, reach, { warn: () => undefined }, t.config.baseUrl, t.config.consoleUrl);
+    const proxy = proxyOf(t, reach);
     const front = createServer((req, res) => (proxy.claims(req) ? void proxy.serve(req, res) : res.end('kiste')));
     await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
     try {

@@ -2814,6 +2814,7 @@ export const HostedServiceScalarFieldEnum = {
   wakeOnRequest: 'wakeOnRequest',
   idleStopMinutes: 'idleStopMinutes',
   lastRequestAt: 'lastRequestAt',
+  lastStatus: 'lastStatus',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

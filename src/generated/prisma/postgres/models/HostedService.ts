@@ -54,6 +54,7 @@ export type HostedServiceMinAggregateOutputType = {
   wakeOnRequest: boolean | null
   idleStopMinutes: number | null
   lastRequestAt: Date | null
+  lastStatus: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -72,6 +73,7 @@ export type HostedServiceMaxAggregateOutputType = {
   wakeOnRequest: boolean | null
   idleStopMinutes: number | null
   lastRequestAt: Date | null
+  lastStatus: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -90,6 +92,7 @@ export type HostedServiceCountAggregateOutputType = {
   wakeOnRequest: number
   idleStopMinutes: number
   lastRequestAt: number
+  lastStatus: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -124,6 +127,7 @@ export type HostedServiceMinAggregateInputType = {
   wakeOnRequest?: true
   idleStopMinutes?: true
   lastRequestAt?: true
+  lastStatus?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -142,6 +146,7 @@ export type HostedServiceMaxAggregateInputType = {
   wakeOnRequest?: true
   idleStopMinutes?: true
   lastRequestAt?: true
+  lastStatus?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -160,6 +165,7 @@ export type HostedServiceCountAggregateInputType = {
   wakeOnRequest?: true
   idleStopMinutes?: true
   lastRequestAt?: true
+  lastStatus?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -265,6 +271,7 @@ export type HostedServiceGroupByOutputType = {
   wakeOnRequest: boolean
   idleStopMinutes: number | null
   lastRequestAt: Date | null
+  lastStatus: string | null
   createdAt: Date
   updatedAt: Date
   _count: HostedServiceCountAggregateOutputType | null
@@ -306,6 +313,7 @@ export type HostedServiceWhereInput = {
   wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
   idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
+  lastStatus?: Prisma.StringNullableFilter<"HostedService"> | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
@@ -327,6 +335,7 @@ export type HostedServiceOrderByWithRelationInput = {
   wakeOnRequest?: Prisma.SortOrder
   idleStopMinutes?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastStatus?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
@@ -352,6 +361,7 @@ export type HostedServiceWhereUniqueInput = Prisma.AtLeast<{
   wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
   idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
+  lastStatus?: Prisma.StringNullableFilter<"HostedService"> | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
@@ -373,6 +383,7 @@ export type HostedServiceOrderByWithAggregationInput = {
   wakeOnRequest?: Prisma.SortOrder
   idleStopMinutes?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastStatus?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.HostedServiceCountOrderByAggregateInput
@@ -399,6 +410,7 @@ export type HostedServiceScalarWhereWithAggregatesInput = {
   wakeOnRequest?: Prisma.BoolWithAggregatesFilter<"HostedService"> | boolean
   idleStopMinutes?: Prisma.IntNullableWithAggregatesFilter<"HostedService"> | number | null
   lastRequestAt?: Prisma.DateTimeNullableWithAggregatesFilter<"HostedService"> | Date | string | null
+  lastStatus?: Prisma.StringNullableWithAggregatesFilter<"HostedService"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"HostedService"> | Date | string
 }
@@ -415,6 +427,7 @@ export type HostedServiceCreateInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
@@ -436,6 +449,7 @@ export type HostedServiceUncheckedCreateInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
@@ -453,6 +467,7 @@ export type HostedServiceUpdateInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
@@ -474,6 +489,7 @@ export type HostedServiceUncheckedUpdateInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
@@ -493,6 +509,7 @@ export type HostedServiceCreateManyInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -509,6 +526,7 @@ export type HostedServiceUpdateManyMutationInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -527,6 +545,7 @@ export type HostedServiceUncheckedUpdateManyInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -560,6 +579,7 @@ export type HostedServiceCountOrderByAggregateInput = {
   wakeOnRequest?: Prisma.SortOrder
   idleStopMinutes?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  lastStatus?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -585,6 +605,7 @@ export type HostedServiceMaxOrderByAggregateInput = {
   wakeOnRequest?: Prisma.SortOrder
   idleStopMinutes?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  lastStatus?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -603,6 +624,7 @@ export type HostedServiceMinOrderByAggregateInput = {
   wakeOnRequest?: Prisma.SortOrder
   idleStopMinutes?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  lastStatus?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -729,6 +751,7 @@ export type HostedServiceCreateWithoutAccountInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   instance: Prisma.InstanceCreateNestedOneWithoutHostedServicesInput
@@ -748,6 +771,7 @@ export type HostedServiceUncheckedCreateWithoutAccountInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
@@ -796,6 +820,7 @@ export type HostedServiceScalarWhereInput = {
   wakeOnRequest?: Prisma.BoolFilter<"HostedService"> | boolean
   idleStopMinutes?: Prisma.IntNullableFilter<"HostedService"> | number | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"HostedService"> | Date | string | null
+  lastStatus?: Prisma.StringNullableFilter<"HostedService"> | string | null
   createdAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"HostedService"> | Date | string
 }
@@ -812,6 +837,7 @@ export type HostedServiceCreateWithoutInstanceInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
@@ -831,6 +857,7 @@ export type HostedServiceUncheckedCreateWithoutInstanceInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   credentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutServiceInput
@@ -874,6 +901,7 @@ export type HostedServiceCreateWithoutCredentialsInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutHostedServicesInput
@@ -894,6 +922,7 @@ export type HostedServiceUncheckedCreateWithoutCredentialsInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -926,6 +955,7 @@ export type HostedServiceUpdateWithoutCredentialsInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
@@ -946,6 +976,7 @@ export type HostedServiceUncheckedUpdateWithoutCredentialsInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -963,6 +994,7 @@ export type HostedServiceCreateManyAccountInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -979,6 +1011,7 @@ export type HostedServiceUpdateWithoutAccountInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   instance?: Prisma.InstanceUpdateOneRequiredWithoutHostedServicesNestedInput
@@ -998,6 +1031,7 @@ export type HostedServiceUncheckedUpdateWithoutAccountInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
@@ -1016,6 +1050,7 @@ export type HostedServiceUncheckedUpdateManyWithoutAccountInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1033,6 +1068,7 @@ export type HostedServiceCreateManyInstanceInput = {
   wakeOnRequest?: boolean
   idleStopMinutes?: number | null
   lastRequestAt?: Date | string | null
+  lastStatus?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1049,6 +1085,7 @@ export type HostedServiceUpdateWithoutInstanceInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutHostedServicesNestedInput
@@ -1068,6 +1105,7 @@ export type HostedServiceUncheckedUpdateWithoutInstanceInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   credentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutServiceNestedInput
@@ -1086,6 +1124,7 @@ export type HostedServiceUncheckedUpdateManyWithoutInstanceInput = {
   wakeOnRequest?: Prisma.BoolFieldUpdateOperationsInput | boolean
   idleStopMinutes?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastStatus?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1135,6 +1174,7 @@ export type HostedServiceSelect<ExtArgs extends runtime.Types.Extensions.Interna
   wakeOnRequest?: boolean
   idleStopMinutes?: boolean
   lastRequestAt?: boolean
+  lastStatus?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -1157,6 +1197,7 @@ export type HostedServiceSelectCreateManyAndReturn<ExtArgs extends runtime.Types
   wakeOnRequest?: boolean
   idleStopMinutes?: boolean
   lastRequestAt?: boolean
+  lastStatus?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -1177,6 +1218,7 @@ export type HostedServiceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types
   wakeOnRequest?: boolean
   idleStopMinutes?: boolean
   lastRequestAt?: boolean
+  lastStatus?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -1197,11 +1239,12 @@ export type HostedServiceSelectScalar = {
   wakeOnRequest?: boolean
   idleStopMinutes?: boolean
   lastRequestAt?: boolean
+  lastStatus?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type HostedServiceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "instanceId" | "name" | "port" | "description" | "key" | "access" | "bytesIn" | "bytesOut" | "wakeOnRequest" | "idleStopMinutes" | "lastRequestAt" | "createdAt" | "updatedAt", ExtArgs["result"]["hostedService"]>
+export type HostedServiceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "instanceId" | "name" | "port" | "description" | "key" | "access" | "bytesIn" | "bytesOut" | "wakeOnRequest" | "idleStopMinutes" | "lastRequestAt" | "lastStatus" | "createdAt" | "updatedAt", ExtArgs["result"]["hostedService"]>
 export type HostedServiceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   instance?: boolean | Prisma.InstanceDefaultArgs<ExtArgs>
@@ -1256,9 +1299,13 @@ export type $HostedServicePayload<ExtArgs extends runtime.Types.Extensions.Inter
      */
     idleStopMinutes: number | null
     /**
-     * When the proxy last carried a request for it (flushed with the byte counts, about once a minute).
+     * When the proxy last carried a request for it or held a connection to it (flushed with the byte counts, about once a minute).
      */
     lastRequestAt: Date | null
+    /**
+     * The status last seen (`active`, `unreachable`, `stopped`): a change seen is a `service.status_changed` event.
+     */
+    lastStatus: string | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["hostedService"]>
@@ -1700,6 +1747,7 @@ export interface HostedServiceFieldRefs {
   readonly wakeOnRequest: Prisma.FieldRef<"HostedService", 'Boolean'>
   readonly idleStopMinutes: Prisma.FieldRef<"HostedService", 'Int'>
   readonly lastRequestAt: Prisma.FieldRef<"HostedService", 'DateTime'>
+  readonly lastStatus: Prisma.FieldRef<"HostedService", 'String'>
   readonly createdAt: Prisma.FieldRef<"HostedService", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"HostedService", 'DateTime'>
 }

@@ -501,6 +501,7 @@ export const HostedServiceScalarFieldEnum = {
   wakeOnRequest: 'wakeOnRequest',
   idleStopMinutes: 'idleStopMinutes',
   lastRequestAt: 'lastRequestAt',
+  lastStatus: 'lastStatus',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

@@ -29,6 +29,7 @@ CREATE TABLE "new_HostedService" (
     "wakeOnRequest" BOOLEAN NOT NULL DEFAULT false,
     "idleStopMinutes" INTEGER,
     "lastRequestAt" DATETIME,
+    "lastStatus" TEXT,
     "createdAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "updatedAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
     CONSTRAINT "HostedService_accountId_fkey" FOREIGN KEY ("accountId") REFERENCES "Account" ("id") ON DELETE CASCADE ON UPDATE CASCADE,

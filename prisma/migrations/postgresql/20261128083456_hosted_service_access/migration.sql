@@ -1,6 +1,7 @@
 -- AlterTable
 ALTER TABLE "HostedService" ADD COLUMN     "idleStopMinutes" INTEGER,
 ADD COLUMN     "lastRequestAt" TIMESTAMP(3),
+ADD COLUMN     "lastStatus" TEXT,
 ADD COLUMN     "wakeOnRequest" BOOLEAN NOT NULL DEFAULT false;
 
 -- CreateTable
