@@ -12,12 +12,13 @@ import { runLogin, runLogout } from './login';
 import { CLEARABLE, createEnvironment, EnvironmentFlags, environmentVersions, instanceSetup, listEnvironments, showEnvironment, updateEnvironment } from './environments';
 import { createImage, deleteImage, imageLog, listComponents, listImages, resolveImage, runtimeImage, showImage } from './images';
 import { CREATE_DEFAULTS, createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
+import { exposeService, listServices, unexposeService } from './services';
 import { runSsh, sshConfigBlock } from './ssh';
 import { runTunnel } from './tunnel';
 import { CLI_VERSION } from './version';
 
 const program = new Command('kiste')
-  .description('Machines on a kiste service: create, run commands, SSH, terminal.')
+  .description('Machines on a kiste service: create, run commands, SSH, terminal, published ports.')
   .version(CLI_VERSION, '-V, --version')
   .option('--url <url>', 'the service (default: KISTE_URL, the config file, http://127.0.0.1:8080)')
   .option('--token <token>', 'an API key or CLI sign-in token (default: KISTE_TOKEN, the config file)')
@@ -223,6 +224,29 @@ program
   .action(() => {
     process.stdout.write(sshConfigBlock(context()));
   });
+
+program
+  .command('expose <name> <port>')
+  .description('publish a port of a machine at a URL of its own, through the service (only your account may use it unless --public)')
+  .option('--public', 'anyone with the URL may use it')
+  .option('--name <service>', 'the service\'s name: lower-case letters, digits and inner hyphens, at most 52 (default: port-PORT)')
+  .option('--description <text>', 'what it is (shown in lists and the console)')
+  .action(async (name: string, port: string, options: { public?: boolean; name?: string; description?: string }) => {
+    const ctx = context();
+    const exposed = await exposeService(ctx, name, toInt(port), options);
+    print(ctx, exposed.json, exposed.text);
+    if (!ctx.json) for (const line of exposed.notes) process.stderr.write(`${line}\n`);
+  });
+
+program
+  .command('services <name>')
+  .description('a machine\'s published ports: name, port, access, status, URL')
+  .action(async (name: string) => show(await listServices(context(), name)));
+
+program
+  .command('unexpose <name> <service>')
+  .description('stop publishing a service of a machine (its URL answers no more)')
+  .action(async (name: string, service: string) => show(await unexposeService(context(), name, service)));
 
 const keys = program.command('keys').description('API keys for scripts');
 keys.command('list').description('the account\'s API keys (no secrets)').action(async () => show(await listApiKeys(context())));
