@@ -92,6 +92,7 @@ export function serviceJobs(services: Services, logger: Logger, leadership: Lead
       { name: 'alert-api-keys-expiring', everyMs: 600_000, run: () => services.alerts.checks.apiKeysExpiring() },
       { name: 'alert-disks-almost-full', everyMs: 60_000, run: () => services.alerts.checks.disksAlmostFull() },
       { name: 'orphaned-operations', everyMs: 10_000, run: () => finishOrphanedOperations(services) },
+      { name: 'service-credentials-expiry', everyMs: 3_600_000, run: () => services.serviceAccess.removeExpired() },
       // machines whose hosted services have served no one for their idle time stop, memory saved
       { name: 'service-idle-stops', everyMs: 60_000, run: () => stopIdleMachines(services, logger) },
       // An operation a worker's timeout or end left open, when no return of the worker finished it.

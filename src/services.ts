@@ -200,6 +200,7 @@ export function createServices(config: Config, database: Database, options: Serv
     exportLinks: new ExportLinkStore(db),
     deletions: new AccountDeletionStore(db),
     instances: new InstanceStore(db),
+    serviceCredentials: new ServiceCredentialStore(db),
   };
   const logger = options.logger ?? { info() {}, warn() {}, error() {} };
   // `compute` is made below; the scrape asks it only later.
@@ -260,9 +261,9 @@ export function createServices(config: Config, database: Database, options: Serv
     new AlertChecks(transactions, { alerts: alertStore, instances: stores.instances, apiTokens: stores.apiTokens }, machineHost, clock, logger));
   const hostedServiceStore = new HostedServiceStore(db);
   const hostedServices = new HostedServices(transactions, hostedServiceStore, stores.accounts, instances,
-    { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock);
+    { answers: (id, port) => portAnswers(machineHost, id, port) }, config.services, limits, clock, stores.serviceCredentials);
   const serviceWake = new ServiceWake({ resume: (accountId, name) => instances.resume(accountId, name), findById: (id) => stores.instances.findById(id) });
-  const serviceAccess = new ServiceAccessGate(new ServiceCredentialStore(db), hostedServiceStore, config.services, (token) => credentials.authenticateBearer(token), clock);
+  const serviceAccess = new ServiceAccessGate(stores.serviceCredentials, hostedServiceStore, config.services, (token) => credentials.authenticateBearer(token), secretKey, clock);
   return {
     config,
     metrics,

@@ -10,6 +10,7 @@ import type { SessionStore } from '../store/sessions';
 import type { Clock } from './clock';
 import { newId, verifyPassword } from './secrets';
 import type { Transactions } from './transactions';
+import type { ServiceCredentialStore } from '../store/service-credentials';
 
 export type DeletionStep = 'workers' | 'billing' | 'records' | 'done';
 
@@ -26,7 +27,7 @@ const NEXT_STEP: Record<Exclude<DeletionStep, 'done'>, DeletionStep> = { workers
 export class AccountDeletions {
   constructor(
     private readonly transactions: Transactions,
-    private readonly stores: { accounts: AccountStore; sessions: SessionStore; apiTokens: ApiTokenStore; deletions: AccountDeletionStore },
+    private readonly stores: { accounts: AccountStore; sessions: SessionStore; apiTokens: ApiTokenStore; deletions: AccountDeletionStore; serviceCredentials: ServiceCredentialStore },
     private readonly steps: DeletionSteps,
     private readonly clock: Clock,
   ) {}
@@ -45,6 +46,7 @@ export class AccountDeletions {
       if (!(await this.stores.accounts.markDeletionRequested(tx, accountId, now))) throw new KisteError('A32');
       await this.stores.sessions.revokeAll(tx, accountId, now);
       await this.stores.apiTokens.revokeAll(tx, accountId, now);
+      await this.stores.serviceCredentials.endForAccount(accountId, tx); // private services' cookies and tokens
       return this.stores.deletions.create(tx, { id: newId(), accountId, email: account.email, now });
     });
   }

@@ -8,6 +8,7 @@ import type { AccountStore } from '../store/accounts';
 import { appendEvent } from '../store/events';
 import type { HostedService, HostedServiceChanges, HostedServiceStore } from '../store/hosted-services';
 import type { Instance } from '../store/instances';
+import type { ServiceCredentialStore } from '../store/service-credentials';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import { newId } from './secrets';
@@ -55,6 +56,8 @@ export class HostedServices {
     private readonly addresses: ServiceAddresses | null,
     private readonly limits: Limits,
     private readonly clock: Clock,
+    /** What lets clients into private services: ended when a service's access changes. */
+    private readonly credentials: ServiceCredentialStore,
   ) {}
 
   async create(accountId: string, machineName: string, request: NewService): Promise<ServiceView> {
@@ -97,6 +100,8 @@ export class HostedServices {
     const service = await this.find(accountId, instance, name);
     const updated = await this.transactions.run(async (tx) => {
       if ((await this.store.update(tx, accountId, service.id, changes, this.clock.now())).count !== 1) return null;
+      // A service made public and private again must not let in what it let in before.
+      if (changes.access !== undefined && changes.access !== service.access) await this.credentials.endForService(service.id, tx);
       const now = { ...service, ...changes };
       await this.event(tx, 'service.updated', now, instance, this.addresses, { access: now.access });
       return now;

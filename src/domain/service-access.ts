@@ -1,34 +1,49 @@
 // Who may use a private (`access: account`) hosted service (docs/hosted-services.md "Access
 // account"): browsers of the owner's account with a cookie of the service's host, minted from a
 // one-time code the signed-in console hands out; scripts with an API key of the account; clients
-// without cookies with a short-lived token. Only hashes are stored; each is bound to one service.
+// without cookies with a short-lived token. Only hashes are stored; each is bound to one service, and
+// a browser's to the console sign-in it came from. Browsers are let in only where each service has a
+// host of its own: under paths of one origin a cookie would reach every service there.
 import { KisteError } from '../errors';
+import { safeEqual } from '../protocol/safe-equal';
 import type { HostedService, HostedServiceStore } from '../store/hosted-services';
 import type { ServiceCredentialKind, ServiceCredentialStore } from '../store/service-credentials';
 import type { AuthContext } from './auth-context';
 import type { Clock } from './clock';
-import { newId, newToken, sha256Hex, TOKEN_PREFIX } from './secrets';
+import { hmacBase64Url, newId, newToken, sha256Hex, TOKEN_PREFIX } from './secrets';
 import { publishedAt, type ServiceAddresses } from './service-addresses';
 
 const CODE_MS = 60_000;
 export const SERVICE_COOKIE_SECONDS = 24 * 3600;
 const TOKEN_MS = 5 * 60_000;
+/** How long the proxy's signed note that sends a browser to the console holds. */
+const STATE_MS = 10 * 60_000;
+/** Live ones kept per account, service and kind (the newest): sign-ins in a loop cannot pile up rows. */
+const KEEP_PER_KIND = 20;
 
-/** The app path a browser goes to once let in: a path of the app, else its root (no open redirect). */
+/**
+ * The app path a browser goes to once let in: a path of the app, else its root (no open redirect,
+ * and no dot segment that a browser would resolve out of the service).
+ */
 export function appReturnPath(requested: string): string {
   if (requested.length > 2048 || !requested.startsWith('/') || requested.startsWith('//') || /[\u0000-\u001f\u007f\\]/.test(requested)) return '/';
+  const path = requested.split(/[?#]/)[0]!;
+  if (path.split('/').some((segment) => /^(?:\.|%2e){1,2}$/i.test(segment))) return '/';
   return requested;
 }
 
-/** What a request to a private service brought: kiste's cookie of its host, a bearer token, a token parameter. */
+/** What a request to a private service brought: kiste's cookies of its host (every one of that name), a bearer token, a token parameter. */
 export interface PresentedCredentials {
-  cookie?: string;
+  cookies: string[];
   bearer?: string;
   token?: string;
 }
 
-/** `admitted`; `none`: nothing valid came (401, or the console for a page load); `foreign`: another account's key (404, as if there were no service). */
-export type Admission = 'admitted' | 'none' | 'foreign';
+/**
+ * `cookie` / `token` / `key`: let in, by what; `none`: nothing valid came (401, or the console for a
+ * page load); `foreign`: another account's key (404, as if there were no service).
+ */
+export type Admission = 'cookie' | 'token' | 'key' | 'none' | 'foreign';
 
 export class ServiceAccessGate {
   constructor(
@@ -36,62 +51,107 @@ export class ServiceAccessGate {
     private readonly services: HostedServiceStore,
     private readonly addresses: ServiceAddresses | null,
     private readonly authenticateBearer: (token: string) => Promise<AuthContext>,
+    private readonly secretKey: Buffer,
     private readonly clock: Clock,
   ) {}
 
+  /** Whether browsers can be let in with a cookie here (each service has a host of its own). */
+  get browsersLetIn(): boolean {
+    return this.addresses?.mode === 'subdomain';
+  }
+
+  /** The proxy's signed note of a service and path, for the console to check that the redirect was the proxy's. */
+  stateFor(serviceId: string, returnTo: string): string {
+    const at = this.clock.now().getTime().toString(36);
+    return `${at}.${hmacBase64Url(this.secretKey, `service-access:${serviceId}:${returnTo}:${at}`)}`;
+  }
+
   /**
    * The signed-in console's step: for a service of the account, where the browser goes next (the
-   * service's `/__kiste/auth` with a one-time code); S10 for any other, as if it did not exist.
+   * service's `/__kiste/auth` with a one-time code); S10 for any other, as if it did not exist. A
+   * `state` given must be the proxy's, fresh, for this service and path (A03).
    */
-  async authorize(accountId: string, serviceId: string, returnTo: string): Promise<string> {
-    const service = await this.services.findById(accountId, serviceId);
+  async authorize(auth: { accountId: string; credentialId: string }, serviceId: string, returnTo: string, state: string | undefined): Promise<string> {
+    const service = await this.services.findById(auth.accountId, serviceId);
     if (!service || !this.addresses) throw new KisteError('S10', { message: 'No such service in this account', param: 'service_id' });
-    const code = await this.issue(service, 'code', CODE_MS, appReturnPath(returnTo));
+    if (!this.browsersLetIn) throw new KisteError('S14');
+    if (state !== undefined && !this.stateHolds(state, serviceId, returnTo)) {
+      throw new KisteError('A03', { message: 'The link to this service is stale or was not made by kiste', param: 'state' });
+    }
+    const code = await this.issue(service, 'code', CODE_MS, appReturnPath(returnTo), auth.credentialId);
     return `${publishedAt(this.addresses, service.name, service.key).publicUrl}__kiste/auth?code=${encodeURIComponent(code)}`;
   }
 
   /** A token for clients without cookies (WebSockets outside a browser), valid for a few minutes. */
   async token(service: HostedService): Promise<{ token: string; expiresAt: Date }> {
-    const token = await this.issue(service, 'token', TOKEN_MS, '/');
+    const token = await this.issue(service, 'token', TOKEN_MS, '/', null);
     return { token, expiresAt: new Date(this.clock.now().getTime() + TOKEN_MS) };
   }
 
   /** Trades a code (once, while fresh) for a cookie of the service's host; null when it is not one. */
   async trade(service: HostedService, code: string): Promise<{ cookie: string; returnTo: string } | null> {
-    if (!code.startsWith(TOKEN_PREFIX.serviceCode) || code.length > 200) return null;
+    if (!this.browsersLetIn || !code.startsWith(TOKEN_PREFIX.serviceCode) || code.length > 200) return null;
     const found = await this.credentials.find(service.id, 'code', sha256Hex(code), this.clock.now());
     if (!found || found.accountId !== service.accountId || !(await this.credentials.take(found.id))) return null;
-    return { cookie: await this.issue(service, 'cookie', SERVICE_COOKIE_SECONDS * 1000, '/'), returnTo: found.returnTo };
+    return { cookie: await this.issue(service, 'cookie', SERVICE_COOKIE_SECONDS * 1000, '/', found.sessionId), returnTo: found.returnTo };
   }
 
-  /** Whether what the request brought lets it into the service. */
+  /** Whether what the request brought lets it into the service, and by what. */
   async admit(service: HostedService, presented: PresentedCredentials): Promise<Admission> {
     const now = this.clock.now();
-    for (const [kind, prefix, value] of [['cookie', TOKEN_PREFIX.serviceCookie, presented.cookie], ['token', TOKEN_PREFIX.serviceToken, presented.token]] as const) {
-      if (!value || !value.startsWith(prefix) || value.length > 200) continue;
+    type Offered = ['cookie' | 'token', string];
+    const offered: Offered[] = [
+      ...(this.browsersLetIn ? presented.cookies.slice(0, 4).map((value): Offered => ['cookie', value]) : []),
+      ...(presented.token ? [['token', presented.token] as Offered] : []),
+    ];
+    for (const [kind, value] of offered) {
+      const prefix = kind === 'cookie' ? TOKEN_PREFIX.serviceCookie : TOKEN_PREFIX.serviceToken;
+      if (!value.startsWith(prefix) || value.length > 200) continue;
       const found = await this.credentials.find(service.id, kind, sha256Hex(value), now);
-      if (found && found.accountId === service.accountId) return 'admitted';
+      if (found && found.accountId === service.accountId) return kind;
     }
     if (presented.bearer) {
       const auth = await this.authenticateBearer(presented.bearer).catch(() => null);
-      if (auth) return auth.accountId === service.accountId ? 'admitted' : 'foreign';
+      if (auth) return auth.accountId === service.accountId ? 'key' : 'foreign';
     }
     return 'none';
   }
 
-  /** Signing out everywhere ends the account's service cookies and tokens. */
+  /** Signing out everywhere (or a deletion requested) ends the account's service cookies and tokens. */
   endForAccount(accountId: string): Promise<number> {
     return this.credentials.endForAccount(accountId);
   }
 
-  private async issue(service: HostedService, kind: ServiceCredentialKind, lifetimeMs: number, returnTo: string): Promise<string> {
+  /** A console sign-in that ends takes the service cookies it let in along. */
+  endForSession(sessionId: string): Promise<number> {
+    return this.credentials.endForSession(sessionId);
+  }
+
+  /** A service whose access changed starts afresh: nothing from before lets anyone in. */
+  endForService(serviceId: string): Promise<number> {
+    return this.credentials.endForService(serviceId);
+  }
+
+  removeExpired(): Promise<number> {
+    return this.credentials.removeExpired(this.clock.now());
+  }
+
+  private stateHolds(state: string, serviceId: string, returnTo: string): boolean {
+    const [at, mac] = state.split('.');
+    if (!at || !mac || !/^[0-9a-z]{1,12}$/.test(at)) return false;
+    const age = this.clock.now().getTime() - parseInt(at, 36);
+    if (!(age >= -60_000 && age <= STATE_MS)) return false;
+    return safeEqual(mac, hmacBase64Url(this.secretKey, `service-access:${serviceId}:${returnTo}:${at}`));
+  }
+
+  private async issue(service: HostedService, kind: ServiceCredentialKind, lifetimeMs: number, returnTo: string, sessionId: string | null): Promise<string> {
     const prefix = { code: TOKEN_PREFIX.serviceCode, cookie: TOKEN_PREFIX.serviceCookie, token: TOKEN_PREFIX.serviceToken }[kind];
     const secret = newToken(prefix);
     const now = this.clock.now();
     await this.credentials.issue({
-      id: newId(), serviceId: service.id, accountId: service.accountId, kind, tokenHash: sha256Hex(secret), returnTo,
+      id: newId(), serviceId: service.id, accountId: service.accountId, kind, tokenHash: sha256Hex(secret), returnTo, sessionId,
       createdAt: now, expiresAt: new Date(now.getTime() + lifetimeMs),
-    });
+    }, KEEP_PER_KIND);
     return secret;
   }
 }

@@ -1504,12 +1504,15 @@ export interface paths {
         /**
          * Let the signed-in browser into a private service (console)
          * @description Posted by the console page a private service's proxy sends a browser to
-         *     (`/console/services/authorize?service=<id>&return=<path>`), with the session's CSRF token.
+         *     (`/console/services/authorize?service=<id>&return=<path>&state=<state>`), with the session's CSRF token.
          *     For a service of the signed-in account it answers where the browser goes next: the
          *     service's own address at `/__kiste/auth` with a one-time code (60 seconds), which the proxy
-         *     trades for a cookie of that host (`kiste_svc`, HttpOnly, SameSite=Lax, 24 hours; `Path=/s/<key>/`
-         *     in path mode) before sending the browser on to `return`. A service of another account, or none,
-         *     is 404: it is not shown to exist. Signing out everywhere ends every such cookie.
+         *     trades for a cookie of that host (`__Host-kiste_svc` over HTTPS, HttpOnly, SameSite=Lax, 24 hours)
+         *     before sending the browser on to `return`. Where services share one origin (path mode) a cookie
+         *     would reach every service there, so browsers are not let in that way: S14. A service of another
+         *     account, or none, is 404: it is not shown to exist. `state` is what the proxy's redirect carried
+         *     (the console posts without it only when the person confirms). Signing out (this sign-in or all)
+         *     ends the cookies it made.
          */
         post: operations["AuthorizeServiceAccess"];
         delete?: never;
@@ -1935,6 +1938,8 @@ export interface components {
         AuthorizeServiceAccessRequest: {
             /** @description The path in the app the browser asked for (`/` when unsure); anything that is not a path of the app goes to its root. */
             return: string;
+            /** @description The proxy's signed note of the service and path (10 minutes); a wrong or stale one is refused (A03). */
+            state?: string;
         };
         AutoRefill: {
             enabled: boolean;
@@ -2467,7 +2472,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "S12" | "S13" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "L14" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "S12" | "S13" | "S14" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "L14" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -7331,7 +7336,7 @@ export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequ
 export const createServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateServiceRequest"]["access"]> = ["account", "public"];
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "S13", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "S13", "S14", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
 export const eventDataServiceAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["access"]> = ["account", "public"];
 export const eventDataServiceStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["status"]> = ["active", "unreachable", "stopped"];
 export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.updated", "service.status_changed", "service.deleted"];

@@ -20,10 +20,11 @@ export const AUTH_PATH = '/__kiste/auth';
 /** What the request brought for a private service. */
 export function presentedCredentials(req: IncomingMessage, addresses: ServiceAddresses): PresentedCredentials {
   const name = serviceCookieName(addresses);
-  const cookie = cookiePairs(req.headers.cookie).find(([key]) => key === name)?.[1];
+  // Every cookie of the name: one planted by a sibling host (Domain=) must not hide the real one.
+  const cookies = cookiePairs(req.headers.cookie).filter(([key]) => key === name).map(([, value]) => value);
   const bearer = kisteBearer(req.headers.authorization);
   const token = queryOf(req.url ?? '').get(TOKEN_PARAMETER) ?? undefined;
-  return { cookie, bearer: bearer ?? undefined, token };
+  return { cookies, bearer: bearer ?? undefined, token };
 }
 
 /** The Set-Cookie line for a traded code: HttpOnly, SameSite=Lax, this host only (and, under a shared origin, this service's path only). */
@@ -52,12 +53,44 @@ export function kisteBearer(header: string | undefined): string | null {
   return match ? match[1]! : null;
 }
 
-/** The path and query less the `kiste_token` parameter (the rest kept byte for byte). */
+/** The path and query less the `kiste_token` parameter, however its name is escaped (the rest kept byte for byte). */
 export function pathForApp(url: string): string {
   const mark = url.indexOf('?');
   if (mark < 0) return url;
-  const kept = url.slice(mark + 1).split('&').filter((pair) => pair.split('=')[0] !== TOKEN_PARAMETER);
+  const kept = url.slice(mark + 1).split('&').filter((pair) => new URLSearchParams(pair.split('=')[0]).keys().next().value !== TOKEN_PARAMETER);
   return kept.length ? `${url.slice(0, mark)}?${kept.join('&')}` : url.slice(0, mark);
+}
+
+/**
+ * A browser request that changes things (not GET, HEAD or OPTIONS) or opens a WebSocket, sent from a
+ * page of another origin — a sibling service host shares the site, so SameSite does not stop it.
+ * Let in by a cookie, it is refused (A15); a client without Origin or Sec-Fetch-Site is no browser.
+ */
+export function crossOriginWrite(req: IncomingMessage, serviceOrigin: string, upgrade: boolean): boolean {
+  if (!upgrade && ['GET', 'HEAD', 'OPTIONS'].includes(req.method ?? 'GET')) return false;
+  const origin = req.headers.origin;
+  if (origin !== undefined) return origin !== serviceOrigin;
+  const site = req.headers['sec-fetch-site'];
+  return site !== undefined && site !== 'same-origin' && site !== 'none';
+}
+
+/** Request headers a preflight of a private service carries to the app: what CORS reads, nothing else. */
+const PREFLIGHT_HEADERS = new Set(['origin', 'access-control-request-method', 'access-control-request-headers', 'access-control-request-private-network', 'user-agent', 'accept', 'accept-language']);
+
+export function preflightHeaders(req: IncomingMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) if (PREFLIGHT_HEADERS.has(name) && typeof value === 'string') headers[name] = value;
+  return headers;
+}
+
+/** Answer headers a preflight of a private service gets back: CORS's own and Vary. */
+export function preflightAnswerHeaders(rawHeaders: readonly string[]): string[] {
+  const headers: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const lower = rawHeaders[i]!.toLowerCase();
+    if (lower.startsWith('access-control-') || lower === 'vary') headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
+  }
+  return headers;
 }
 
 /** The query of a request target (a bad one reads as empty). */

@@ -15,7 +15,7 @@ import { ERRORS } from '../generated/errors';
 import { servicePage } from './error-doc-page';
 import { requestIdOf } from './request-id';
 import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
-import { AUTH_PATH, isPreflight, presentedCredentials, queryOf, serviceCookie } from './service-proxy-access';
+import { AUTH_PATH, crossOriginWrite, isPreflight, preflightAnswerHeaders, preflightHeaders, presentedCredentials, queryOf, serviceCookie } from './service-proxy-access';
 import { SERVICE_COOKIE_SECONDS, type ServiceAccessGate } from '../domain/service-access';
 import type { ServiceWake } from '../domain/service-wake';
 import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
@@ -46,7 +46,8 @@ export interface ServiceProxyParts {
 }
 
 type Resolved = NonNullable<Awaited<ReturnType<HostedServices['resolve']>>>;
-type Target = { resolved: Resolved; path: string; slot: ConnectionSlot; woken: boolean };
+/** `preflight`: a private service's CORS preflight without credentials, carried as one (no query, no body, CORS headers only back). */
+type Target = { resolved: Resolved; path: string; slot: ConnectionSlot; woken: boolean; preflight: boolean };
 /** How a request the proxy does not carry is answered: an error, or (a page load) a redirect. */
 interface Answer {
   refuse(error: KisteError): void;
@@ -77,7 +78,7 @@ export class ServiceProxy {
   }
 
   async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const target = await this.target(req, {
+    const target = await this.target(req, false, {
       refuse: (error) => this.answerError(req, res, error),
       redirect: (location, cookie) => {
         res.writeHead(302, { location, 'cache-control': 'no-store', 'content-length': 0, ...(cookie ? { 'set-cookie': cookie } : {}) });
@@ -85,6 +86,7 @@ export class ServiceProxy {
       },
     });
     if (!target) return;
+    if (target.preflight) return this.preflight(req, res, target);
     const { resolved, path, slot } = target;
     const url = req.url ?? '/';
     if (resolved.pathPrefix && (url === resolved.pathPrefix || url.startsWith(`${resolved.pathPrefix}?`))) {
@@ -139,7 +141,7 @@ export class ServiceProxy {
     if (req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0) {
       return rawError(socket, new KisteError('P01', { message: 'An upgrade request carries no body' }));
     }
-    const target = await this.target(req, { refuse: (error) => rawError(socket, error) });
+    const target = await this.target(req, true, { refuse: (error) => rawError(socket, error) });
     if (!target) return;
     const { resolved, path, slot } = target;
     const guest = await this.openGuest(target, (error) => rawError(socket, error));
@@ -191,7 +193,7 @@ export class ServiceProxy {
    * The service a request is for and the path the app is asked for, with a connection slot taken
    * (released when the request ends); or the refusal answered through `refuse` and null.
    */
-  private async target(req: IncomingMessage, answer: Answer): Promise<Target | null> {
+  private async target(req: IncomingMessage, upgrade: boolean, answer: Answer): Promise<Target | null> {
     const refuse = answer.refuse;
     const client = req.socket.remoteAddress ?? '';
     if (!this.limits.clientRequest(client)) {
@@ -207,7 +209,12 @@ export class ServiceProxy {
       return null;
     }
     const path = appPath(url, resolved.pathPrefix);
-    if (resolved.service.access !== 'public' && !(await this.letIn(req, resolved, path, answer))) return null;
+    let preflight = false;
+    if (resolved.service.access !== 'public') {
+      const admission = await this.letIn(req, resolved, path, upgrade, answer);
+      if (admission === null) return null;
+      preflight = admission === 'preflight';
+    }
     const slot = this.limits.connect(resolved.service.id, client);
     if (!slot) {
       refuse(new KisteError('L01', { message: 'This service takes no more requests right now', retryAfterSeconds: 5 }));
@@ -230,41 +237,81 @@ export class ServiceProxy {
         return null;
       }
     }
-    return { resolved, path, slot, woken };
+    return { resolved, path, slot, woken, preflight };
   }
 
   /**
-   * A private service: whether the request brought what lets it in. Otherwise it is answered: a
-   * browser's code traded for the cookie at AUTH_PATH, a page load sent to the console, anything
-   * else 401 (another account's key: 404, as if there were no service). Preflights pass as they are.
+   * A private service: whether the request brought what lets it in (`in`), or is a CORS preflight,
+   * which carries no credentials by the standard (`preflight`: it reaches the app as nothing but a
+   * preflight). Otherwise it is answered and null: a browser's code traded for the cookie at
+   * AUTH_PATH, a page load sent to the console (where browsers can be let in), anything else 401;
+   * another account's key 404, as if there were no service; a cookie's cross-origin write 403.
    */
-  private async letIn(req: IncomingMessage, resolved: Resolved, path: string, answer: Answer): Promise<boolean> {
-    if (isPreflight(req)) return true;
+  private async letIn(req: IncomingMessage, resolved: Resolved, path: string, upgrade: boolean, answer: Answer): Promise<'in' | 'preflight' | null> {
     const addresses = this.services.publishedIn!;
     const { service } = resolved;
     const pathname = path.split('?')[0];
-    if (pathname === AUTH_PATH && answer.redirect && req.method === 'GET') {
+    if (!upgrade && pathname === AUTH_PATH && answer.redirect && req.method === 'GET' && this.access.browsersLetIn) {
       const traded = await this.access.trade(service, queryOf(path).get('code') ?? '').catch(() => null);
       if (!traded) {
         answer.refuse(new KisteError('A01', { message: 'This sign-in link for the service has expired or was used', hint: 'Open the service\'s address again.' }));
-        return false;
+        return null;
       }
       answer.redirect(`${resolved.pathPrefix}${traded.returnTo}`, serviceCookie(addresses, resolved.pathPrefix, traded.cookie, SERVICE_COOKIE_SECONDS));
-      return false;
+      return null;
     }
     const admission = await this.access.admit(service, presentedCredentials(req, addresses)).catch(() => 'none' as const);
-    if (admission === 'admitted') return true;
+    if (admission === 'cookie' && crossOriginWrite(req, new URL(resolved.publicUrl).origin, upgrade)) {
+      answer.refuse(new KisteError('A15', { message: 'A page of another origin cannot act on this private service with its visitor\'s sign-in' }));
+      return null;
+    }
+    if (admission === 'cookie' || admission === 'token' || admission === 'key') return 'in';
     if (admission === 'foreign') {
       answer.refuse(new KisteError('S10', { message: 'No service is published at this address' }));
-      return false;
+      return null;
     }
+    if (!upgrade && isPreflight(req)) return 'preflight';
     if (answer.redirect && (req.method === 'GET' || req.method === 'HEAD') && isNavigation(req)) {
-      const query = new URLSearchParams({ service: service.id, return: path });
+      if (!this.access.browsersLetIn) {
+        answer.refuse(new KisteError('S14'));
+        return null;
+      }
+      const query = new URLSearchParams({ service: service.id, return: path, state: this.access.stateFor(service.id, path) });
       answer.redirect(`${this.consoleUrl.replace(/\/$/, '')}/console/services/authorize?${query}`);
-      return false;
+      return null;
     }
     answer.refuse(new KisteError('A01', { message: 'This service is private to its account', hint: 'Sign in to kiste in this browser and open its address, or send an API key of its account (Authorization: Bearer).' }));
-    return false;
+    return null;
+  }
+
+  /** A private service's preflight without credentials: the app is asked `OPTIONS <path>` with CORS's headers only, and only CORS's answer headers come back, no body. */
+  private async preflight(req: IncomingMessage, res: ServerResponse, target: Target): Promise<void> {
+    const guest = await this.openGuest(target, (error) => this.answerError(req, res, error));
+    if (!guest) return;
+    const { resolved, slot } = target;
+    const publicUrl = new URL(resolved.publicUrl);
+    const headers = { ...preflightHeaders(req), host: `localhost:${resolved.service.port}`, 'x-forwarded-host': publicUrl.host, 'x-forwarded-proto': publicUrl.protocol.slice(0, -1), connection: 'close' };
+    const upstream = httpRequest({ method: 'OPTIONS', path: target.path.split('?')[0], headers, createConnection: () => guest as Socket });
+    const end = () => {
+      upstream.destroy();
+      guest.destroy();
+      slot.release();
+    };
+    res.once('close', end);
+    upstream.on('response', (answer) => {
+      answer.resume();
+      const status = answer.statusCode ?? 0;
+      if (res.headersSent) return;
+      if (status < 200 || status > 599) return this.answerError(req, res, new KisteError('S13', { message: `The app on port ${resolved.service.port} answered with what is not an HTTP answer kiste can pass on` }));
+      res.writeHead(status, [...preflightAnswerHeaders(answer.rawHeaders), 'Content-Length', '0']);
+      res.end();
+    });
+    upstream.on('error', () => {
+      if (!res.headersSent) this.answerError(req, res, new KisteError('S13', { message: `The app on port ${resolved.service.port} closed the connection without an answer` }));
+      end();
+    });
+    req.resume(); // a preflight's body, if any, is not the app's
+    upstream.end();
   }
 
   /** A stream to the service's port; when none can be had, the slot is given back, the reason answered through `refuse`, and null. */

@@ -261,12 +261,16 @@ describe('the services proxy', () => {
     expect(navigation.status).toBe(302);
     const toConsole = new URL(navigation.answer.headers.location!);
     expect(`${toConsole.origin}${toConsole.pathname}`).toBe(`${t.config.consoleUrl.replace(/\/$/, '')}/console/services/authorize`);
-    expect(Object.fromEntries(toConsole.searchParams)).toEqual({ service: created.body.id, return: '/page?x=1' });
+    const { state, ...rest } = Object.fromEntries(toConsole.searchParams);
+    expect(rest).toEqual({ service: created.body.id, return: '/page?x=1' });
 
-    // The console's step (signed in, with CSRF): a one-time code on the service's own host.
+    // The console's step (signed in, with CSRF): a one-time code on the service's own host. The
+    // proxy's state must be its own and for this path (a link from elsewhere has none: the page asks first).
     const browser = await browserFor(t, account);
-    const authorized = await t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', browser.cookie).set('x-csrf-token', browser.csrf)
-      .send({ return: '/page?x=1' }).expect(200);
+    const authorize = (body: object, who = browser) => t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', who.cookie).set('x-csrf-token', who.csrf).send(body);
+    expect((await authorize({ return: '/other', state })).body.error.code).toBe('A03');
+    expect((await authorize({ return: '/page?x=1', state: `${state!.split('.')[0]}.forged` })).body.error.code).toBe('A03');
+    const authorized = await authorize({ return: '/page?x=1', state }).expect(200);
     const back = new URL(authorized.body.redirect_to);
     expect(`${back.host}${back.pathname}`).toBe(`${host}/__kiste/auth`);
     const traded = await get(host, `${back.pathname}${back.search}`, { 'sec-fetch-mode': 'navigate' });
@@ -277,9 +281,18 @@ describe('the services proxy', () => {
     const cookie = setCookie.split(';')[0]!;
     // The code is good once.
     expect((await get(host, `${back.pathname}${back.search}`, { 'sec-fetch-mode': 'navigate' })).status).toBe(401);
-    const withCookie = await seenBy({ cookie: `theirs=1; ${cookie}` });
+    // A cookie of the same name planted first (a sibling host's Domain= cookie) hides nothing.
+    const withCookie = await seenBy({ cookie: `theirs=1; kiste_svc=kiste_svck_planted; ${cookie}` });
     expect(withCookie.status).toBe(200);
     expect(withCookie.seen!.headers.cookie).toBe('theirs=1');
+    // A page of another origin (a sibling service shares the site) cannot write with the visitor's cookie.
+    const ownOrigin = `http://${host}`;
+    expect((await get(host, '/upload', { cookie, origin: ownOrigin, 'content-type': 'text/plain' }, 'POST', Buffer.from('mine'))).status).toBe(200);
+    const forged = await get(host, '/upload', { cookie, origin: 'http://evil-aaaaaaaaaa.localhost', 'content-type': 'text/plain' }, 'POST', Buffer.from('theirs'));
+    expect({ status: forged.status, code: JSON.parse(forged.body.toString()).error.code }).toEqual({ status: 403, code: 'A15' });
+    expect((await get(host, '/upload', { cookie, 'sec-fetch-site': 'same-site' }, 'POST', Buffer.from('theirs'))).status).toBe(403);
+    const hijack = new WebSocket(`ws://127.0.0.1:${frontPort}/socket`, { headers: { host, cookie }, origin: 'http://evil-aaaaaaaaaa.localhost' });
+    expect(await new Promise<number>((resolve) => hijack.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)))).toBe(403);
     // The cookie is this service's only.
     const { host: otherHost } = await publish('locked', { name: 'vault2', port: 5182 });
     expect((await get(otherHost, '/', { cookie })).status).toBe(401);
@@ -296,8 +309,14 @@ describe('the services proxy', () => {
     const refused = await t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', strangerBrowser.cookie).set('x-csrf-token', strangerBrowser.csrf).send({ return: '/' });
     expect({ status: refused.status, code: refused.body.error.code }).toEqual({ status: 404, code: 'S10' });
 
-    // A preflight carries no credentials and reaches the app.
-    expect((await get(host, '/page', { origin: 'http://elsewhere.example', 'access-control-request-method': 'PUT' }, 'OPTIONS')).status).toBe(200);
+    // A preflight carries no credentials and reaches the app — as a preflight only: no query, no body,
+    // nothing but CORS's headers back (an app that answers OPTIONS as GET gives nothing away).
+    const preflight = await get(host, '/page?secret=1', { origin: 'http://elsewhere.example', 'access-control-request-method': 'PUT', 'x-other': 'y' }, 'OPTIONS');
+    expect(preflight.status).toBe(200);
+    expect(preflight.body.length).toBe(0);
+    expect(preflight.headers['set-cookie']).toBeUndefined();
+    const asked = app.seen[app.seen.length - 1]!;
+    expect({ method: asked.method, url: asked.url, other: asked.headers['x-other'], origin: asked.headers.origin }).toEqual({ method: 'OPTIONS', url: '/page', other: undefined, origin: 'http://elsewhere.example' });
 
     // A token for clients without cookies: checked and stripped, for requests and WebSockets.
     const issued = await t.api.post('/v1/instances/locked/services/vault/tokens').set(bearer(key)).expect(200);
@@ -305,6 +324,8 @@ describe('the services proxy', () => {
     const byToken = await seenBy({}, `/page?kiste_token=${issued.body.token}&q=2`);
     expect(byToken.status).toBe(200);
     expect(byToken.seen!.url).toBe('/page?q=2');
+    const escaped = await seenBy({}, `/page?q=3&kiste%5Ftoken=${issued.body.token}`);
+    expect(escaped.seen!.url).toBe('/page?q=3');
     const ws = new WebSocket(`ws://127.0.0.1:${frontPort}/socket?kiste_token=${issued.body.token}`, { headers: { host } });
     const echoed = await new Promise<string>((resolve, reject) => {
       ws.once('open', () => ws.send('hello'));
@@ -317,10 +338,29 @@ describe('the services proxy', () => {
     const status = await new Promise<number>((resolve) => noToken.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)));
     expect(status).toBe(401);
 
-    // Signing out everywhere ends the cookie and the token.
+    // Signing out of the console ends the cookies that sign-in let in; signing out everywhere ends the rest.
+    const other = await browserFor(t, account);
+    const second = new URL((await authorize({ return: '/' }, other).expect(200)).body.redirect_to);
+    const secondCookie = (await get(host, `${second.pathname}${second.search}`)).headers['set-cookie']![0]!.split(';')[0]!;
+    expect((await seenBy({ cookie: secondCookie })).status).toBe(200);
+    await t.api.post('/v1/auth/logout').set('cookie', other.cookie).set('x-csrf-token', other.csrf).expect(200);
+    expect((await seenBy({ cookie: secondCookie })).status).toBe(401);
+    expect((await seenBy({ cookie })).status).toBe(200);
     await t.api.post('/v1/sessions/revoke-all').set(bearer(key)).expect(200);
     expect((await seenBy({ cookie })).status).toBe(401);
     expect((await seenBy({}, `/page?kiste_token=${issued.body.token}`)).status).toBe(401);
+  });
+
+  it('starts a private service afresh when its access changes: what let clients in before does not', async () => {
+    await insertInstance(t, account, 'flip', 'running');
+    await t.api.post('/v1/instances/flip/services').set(bearer(key)).send({ name: 'vault', port: 5183 }).expect(200);
+    const host = new URL((await t.api.get('/v1/instances/flip/services/vault').set(bearer(key)).expect(200)).body.public_url).host;
+    const { token } = (await t.api.post('/v1/instances/flip/services/vault/tokens').set(bearer(key)).expect(200)).body as { token: string };
+    expect((await get(host, `/?kiste_token=${token}`)).status).toBe(200);
+    expect((await t.api.patch('/v1/instances/flip/services/vault').set(bearer(key)).send({ access: 'public' }).expect(200)).body.access).toBe('public');
+    expect((await get(host, '/')).status).toBe(200);
+    await t.api.patch('/v1/instances/flip/services/vault').set(bearer(key)).send({ access: 'account' }).expect(200);
+    expect((await get(host, `/?kiste_token=${token}`)).status).toBe(401);
   });
 
   it('is the only thing that answers on a service host: kiste\'s own routes are not there', async () => {

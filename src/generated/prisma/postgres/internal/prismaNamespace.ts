@@ -2829,6 +2829,7 @@ export const ServiceCredentialScalarFieldEnum = {
   kind: 'kind',
   tokenHash: 'tokenHash',
   returnTo: 'returnTo',
+  sessionId: 'sessionId',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt'
 } as const

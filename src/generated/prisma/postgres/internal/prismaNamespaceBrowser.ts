@@ -519,6 +519,7 @@ export const ServiceCredentialScalarFieldEnum = {
   kind: 'kind',
   tokenHash: 'tokenHash',
   returnTo: 'returnTo',
+  sessionId: 'sessionId',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt'
 } as const

@@ -32,6 +32,7 @@ export type ServiceCredentialMinAggregateOutputType = {
   kind: string | null
   tokenHash: string | null
   returnTo: string | null
+  sessionId: string | null
   createdAt: Date | null
   expiresAt: Date | null
 }
@@ -43,6 +44,7 @@ export type ServiceCredentialMaxAggregateOutputType = {
   kind: string | null
   tokenHash: string | null
   returnTo: string | null
+  sessionId: string | null
   createdAt: Date | null
   expiresAt: Date | null
 }
@@ -54,6 +56,7 @@ export type ServiceCredentialCountAggregateOutputType = {
   kind: number
   tokenHash: number
   returnTo: number
+  sessionId: number
   createdAt: number
   expiresAt: number
   _all: number
@@ -67,6 +70,7 @@ export type ServiceCredentialMinAggregateInputType = {
   kind?: true
   tokenHash?: true
   returnTo?: true
+  sessionId?: true
   createdAt?: true
   expiresAt?: true
 }
@@ -78,6 +82,7 @@ export type ServiceCredentialMaxAggregateInputType = {
   kind?: true
   tokenHash?: true
   returnTo?: true
+  sessionId?: true
   createdAt?: true
   expiresAt?: true
 }
@@ -89,6 +94,7 @@ export type ServiceCredentialCountAggregateInputType = {
   kind?: true
   tokenHash?: true
   returnTo?: true
+  sessionId?: true
   createdAt?: true
   expiresAt?: true
   _all?: true
@@ -173,6 +179,7 @@ export type ServiceCredentialGroupByOutputType = {
   kind: string
   tokenHash: string
   returnTo: string
+  sessionId: string | null
   createdAt: Date
   expiresAt: Date
   _count: ServiceCredentialCountAggregateOutputType | null
@@ -205,6 +212,7 @@ export type ServiceCredentialWhereInput = {
   kind?: Prisma.StringFilter<"ServiceCredential"> | string
   tokenHash?: Prisma.StringFilter<"ServiceCredential"> | string
   returnTo?: Prisma.StringFilter<"ServiceCredential"> | string
+  sessionId?: Prisma.StringNullableFilter<"ServiceCredential"> | string | null
   createdAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
   service?: Prisma.XOR<Prisma.HostedServiceScalarRelationFilter, Prisma.HostedServiceWhereInput>
@@ -218,6 +226,7 @@ export type ServiceCredentialOrderByWithRelationInput = {
   kind?: Prisma.SortOrder
   tokenHash?: Prisma.SortOrder
   returnTo?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   service?: Prisma.HostedServiceOrderByWithRelationInput
@@ -234,6 +243,7 @@ export type ServiceCredentialWhereUniqueInput = Prisma.AtLeast<{
   accountId?: Prisma.StringFilter<"ServiceCredential"> | string
   kind?: Prisma.StringFilter<"ServiceCredential"> | string
   returnTo?: Prisma.StringFilter<"ServiceCredential"> | string
+  sessionId?: Prisma.StringNullableFilter<"ServiceCredential"> | string | null
   createdAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
   service?: Prisma.XOR<Prisma.HostedServiceScalarRelationFilter, Prisma.HostedServiceWhereInput>
@@ -247,6 +257,7 @@ export type ServiceCredentialOrderByWithAggregationInput = {
   kind?: Prisma.SortOrder
   tokenHash?: Prisma.SortOrder
   returnTo?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
   _count?: Prisma.ServiceCredentialCountOrderByAggregateInput
@@ -264,6 +275,7 @@ export type ServiceCredentialScalarWhereWithAggregatesInput = {
   kind?: Prisma.StringWithAggregatesFilter<"ServiceCredential"> | string
   tokenHash?: Prisma.StringWithAggregatesFilter<"ServiceCredential"> | string
   returnTo?: Prisma.StringWithAggregatesFilter<"ServiceCredential"> | string
+  sessionId?: Prisma.StringNullableWithAggregatesFilter<"ServiceCredential"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"ServiceCredential"> | Date | string
   expiresAt?: Prisma.DateTimeWithAggregatesFilter<"ServiceCredential"> | Date | string
 }
@@ -273,6 +285,7 @@ export type ServiceCredentialCreateInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
   service: Prisma.HostedServiceCreateNestedOneWithoutCredentialsInput
@@ -286,6 +299,7 @@ export type ServiceCredentialUncheckedCreateInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -295,6 +309,7 @@ export type ServiceCredentialUpdateInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   service?: Prisma.HostedServiceUpdateOneRequiredWithoutCredentialsNestedInput
@@ -308,6 +323,7 @@ export type ServiceCredentialUncheckedUpdateInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -319,6 +335,7 @@ export type ServiceCredentialCreateManyInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -328,6 +345,7 @@ export type ServiceCredentialUpdateManyMutationInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -339,6 +357,7 @@ export type ServiceCredentialUncheckedUpdateManyInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -360,6 +379,7 @@ export type ServiceCredentialCountOrderByAggregateInput = {
   kind?: Prisma.SortOrder
   tokenHash?: Prisma.SortOrder
   returnTo?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
 }
@@ -371,6 +391,7 @@ export type ServiceCredentialMaxOrderByAggregateInput = {
   kind?: Prisma.SortOrder
   tokenHash?: Prisma.SortOrder
   returnTo?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
 }
@@ -382,6 +403,7 @@ export type ServiceCredentialMinOrderByAggregateInput = {
   kind?: Prisma.SortOrder
   tokenHash?: Prisma.SortOrder
   returnTo?: Prisma.SortOrder
+  sessionId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   expiresAt?: Prisma.SortOrder
 }
@@ -475,6 +497,7 @@ export type ServiceCredentialCreateWithoutAccountInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
   service: Prisma.HostedServiceCreateNestedOneWithoutCredentialsInput
@@ -486,6 +509,7 @@ export type ServiceCredentialUncheckedCreateWithoutAccountInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -526,6 +550,7 @@ export type ServiceCredentialScalarWhereInput = {
   kind?: Prisma.StringFilter<"ServiceCredential"> | string
   tokenHash?: Prisma.StringFilter<"ServiceCredential"> | string
   returnTo?: Prisma.StringFilter<"ServiceCredential"> | string
+  sessionId?: Prisma.StringNullableFilter<"ServiceCredential"> | string | null
   createdAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
   expiresAt?: Prisma.DateTimeFilter<"ServiceCredential"> | Date | string
 }
@@ -535,6 +560,7 @@ export type ServiceCredentialCreateWithoutServiceInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
   account: Prisma.AccountCreateNestedOneWithoutServiceCredentialsInput
@@ -546,6 +572,7 @@ export type ServiceCredentialUncheckedCreateWithoutServiceInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -582,6 +609,7 @@ export type ServiceCredentialCreateManyAccountInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -591,6 +619,7 @@ export type ServiceCredentialUpdateWithoutAccountInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   service?: Prisma.HostedServiceUpdateOneRequiredWithoutCredentialsNestedInput
@@ -602,6 +631,7 @@ export type ServiceCredentialUncheckedUpdateWithoutAccountInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -612,6 +642,7 @@ export type ServiceCredentialUncheckedUpdateManyWithoutAccountInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -622,6 +653,7 @@ export type ServiceCredentialCreateManyServiceInput = {
   kind: string
   tokenHash: string
   returnTo?: string
+  sessionId?: string | null
   createdAt?: Date | string
   expiresAt: Date | string
 }
@@ -631,6 +663,7 @@ export type ServiceCredentialUpdateWithoutServiceInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutServiceCredentialsNestedInput
@@ -642,6 +675,7 @@ export type ServiceCredentialUncheckedUpdateWithoutServiceInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -652,6 +686,7 @@ export type ServiceCredentialUncheckedUpdateManyWithoutServiceInput = {
   kind?: Prisma.StringFieldUpdateOperationsInput | string
   tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
   returnTo?: Prisma.StringFieldUpdateOperationsInput | string
+  sessionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   expiresAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -665,6 +700,7 @@ export type ServiceCredentialSelect<ExtArgs extends runtime.Types.Extensions.Int
   kind?: boolean
   tokenHash?: boolean
   returnTo?: boolean
+  sessionId?: boolean
   createdAt?: boolean
   expiresAt?: boolean
   service?: boolean | Prisma.HostedServiceDefaultArgs<ExtArgs>
@@ -678,6 +714,7 @@ export type ServiceCredentialSelectCreateManyAndReturn<ExtArgs extends runtime.T
   kind?: boolean
   tokenHash?: boolean
   returnTo?: boolean
+  sessionId?: boolean
   createdAt?: boolean
   expiresAt?: boolean
   service?: boolean | Prisma.HostedServiceDefaultArgs<ExtArgs>
@@ -691,6 +728,7 @@ export type ServiceCredentialSelectUpdateManyAndReturn<ExtArgs extends runtime.T
   kind?: boolean
   tokenHash?: boolean
   returnTo?: boolean
+  sessionId?: boolean
   createdAt?: boolean
   expiresAt?: boolean
   service?: boolean | Prisma.HostedServiceDefaultArgs<ExtArgs>
@@ -704,11 +742,12 @@ export type ServiceCredentialSelectScalar = {
   kind?: boolean
   tokenHash?: boolean
   returnTo?: boolean
+  sessionId?: boolean
   createdAt?: boolean
   expiresAt?: boolean
 }
 
-export type ServiceCredentialOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "serviceId" | "accountId" | "kind" | "tokenHash" | "returnTo" | "createdAt" | "expiresAt", ExtArgs["result"]["serviceCredential"]>
+export type ServiceCredentialOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "serviceId" | "accountId" | "kind" | "tokenHash" | "returnTo" | "sessionId" | "createdAt" | "expiresAt", ExtArgs["result"]["serviceCredential"]>
 export type ServiceCredentialInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   service?: boolean | Prisma.HostedServiceDefaultArgs<ExtArgs>
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -741,6 +780,10 @@ export type $ServiceCredentialPayload<ExtArgs extends runtime.Types.Extensions.I
      * A code's path in the app to go on to once traded.
      */
     returnTo: string
+    /**
+     * The console sign-in a code (and the cookie traded for it) came from: ending that sign-in ends them.
+     */
+    sessionId: string | null
     createdAt: Date
     expiresAt: Date
   }, ExtArgs["result"]["serviceCredential"]>
@@ -1174,6 +1217,7 @@ export interface ServiceCredentialFieldRefs {
   readonly kind: Prisma.FieldRef<"ServiceCredential", 'String'>
   readonly tokenHash: Prisma.FieldRef<"ServiceCredential", 'String'>
   readonly returnTo: Prisma.FieldRef<"ServiceCredential", 'String'>
+  readonly sessionId: Prisma.FieldRef<"ServiceCredential", 'String'>
   readonly createdAt: Prisma.FieldRef<"ServiceCredential", 'DateTime'>
   readonly expiresAt: Prisma.FieldRef<"ServiceCredential", 'DateTime'>
 }

@@ -2826,6 +2826,7 @@ export const ServiceCredentialScalarFieldEnum = {
   kind: 'kind',
   tokenHash: 'tokenHash',
   returnTo: 'returnTo',
+  sessionId: 'sessionId',
   createdAt: 'createdAt',
   expiresAt: 'expiresAt'
 } as const

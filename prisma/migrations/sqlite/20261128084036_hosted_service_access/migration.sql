@@ -6,6 +6,7 @@ CREATE TABLE "ServiceCredential" (
     "kind" TEXT NOT NULL,
     "tokenHash" TEXT NOT NULL,
     "returnTo" TEXT NOT NULL DEFAULT '/',
+    "sessionId" TEXT,
     "createdAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "expiresAt" DATETIME NOT NULL,
     CONSTRAINT "ServiceCredential_serviceId_fkey" FOREIGN KEY ("serviceId") REFERENCES "HostedService" ("id") ON DELETE CASCADE ON UPDATE CASCADE,
@@ -49,6 +50,9 @@ CREATE UNIQUE INDEX "ServiceCredential_tokenHash_key" ON "ServiceCredential"("to
 
 -- CreateIndex
 CREATE INDEX "ServiceCredential_accountId_idx" ON "ServiceCredential"("accountId");
+
+-- CreateIndex
+CREATE INDEX "ServiceCredential_sessionId_idx" ON "ServiceCredential"("sessionId");
 
 -- CreateIndex
 CREATE INDEX "ServiceCredential_expiresAt_idx" ON "ServiceCredential"("expiresAt");

@@ -12,6 +12,7 @@ CREATE TABLE "ServiceCredential" (
     "kind" TEXT NOT NULL,
     "tokenHash" TEXT NOT NULL,
     "returnTo" TEXT NOT NULL DEFAULT '/',
+    "sessionId" TEXT,
     "createdAt" TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "expiresAt" TIMESTAMP(3) NOT NULL,
 
@@ -23,6 +24,9 @@ CREATE UNIQUE INDEX "ServiceCredential_tokenHash_key" ON "ServiceCredential"("to
 
 -- CreateIndex
 CREATE INDEX "ServiceCredential_accountId_idx" ON "ServiceCredential"("accountId");
+
+-- CreateIndex
+CREATE INDEX "ServiceCredential_sessionId_idx" ON "ServiceCredential"("sessionId");
 
 -- CreateIndex
 CREATE INDEX "ServiceCredential_expiresAt_idx" ON "ServiceCredential"("expiresAt");
