@@ -68,7 +68,7 @@ function finishOpenOperations(services: Services): Promise<void> {
 }
 
 /** Each idle machine is stopped with its memory saved, as its owner's stop would (a busy one is left for the next round). */
-async function stopIdleMachines(services: Services, logger: Logger): Promise<void> {
+export async function stopIdleMachines(services: Services, logger: Pick<Logger, 'warn'>): Promise<void> {
   for (const instance of await services.hostedServices.idleMachines()) {
     await services.instances.stop(instance.accountId, instance.name, true).catch((error: unknown) => {
       logger.warn({ err: (error as Error).message, instance: instance.id }, 'an idle machine of hosted services could not be stopped');

@@ -13,6 +13,7 @@ import { guestRun } from '../support/guest';
 import { apiKeyFor, bearer, createAccount } from '../support/harness';
 import type { Account } from '../../src/store/accounts';
 import { ensureTestImage, TEST_IMAGE_DIR } from '../support/images';
+import { stopIdleMachines } from '../../src/background';
 
 jest.setTimeout(600_000);
 
@@ -70,16 +71,26 @@ server.listen(PORT, '0.0.0.0');
 /** The test's own address (127.0.0.1) under the name `localhost`: a services origin apart from it. */
 const localhostOf = (url: string) => url.replace('//127.0.0.1:', '//localhost:');
 
+// The lifecycle (fork, wake on request, idle stop) does not depend on the URL mode: proved once, under paths.
 describe.each([
-  { mode: 'subdomain', envAt: (_url: string) => ({}), publicUrl: /^http:\/\/app-[a-z2-7]{10}\.localhost:\d+\/$/ },
-  { mode: 'path', envAt: (url: string) => ({ KISTE_SERVICES_URL: localhostOf(url) }), publicUrl: /^http:\/\/localhost:\d+\/s\/[a-z2-7]{10}\/$/ },
-])('hosted services with a real guest ($mode URLs)', ({ mode, envAt, publicUrl }) => {
+  { mode: 'subdomain', envAt: (_url: string) => ({}), publicUrl: /^http:\/\/app-[a-z2-7]{10}\.localhost:\d+\/$/, lifecycle: false },
+  { mode: 'path', envAt: (url: string) => ({ KISTE_SERVICES_URL: localhostOf(url) }), publicUrl: /^http:\/\/localhost:\d+\/s\/[a-z2-7]{10}\/$/, lifecycle: true },
+])('hosted services with a real guest ($mode URLs)', ({ mode, envAt, publicUrl, lifecycle }) => {
   let rig: ConsoleRig;
   let account: Account;
   let key: string;
   let instanceId: string;
   let page: Page;
 
+  /** Stops the machine (with its memory when `stop`), or waits for a stop under way; its record once stopped. */
+  const stopped = async (stop: boolean) => {
+    if (stop) await rig.t.api.post('/v1/instances/box/stop').set(bearer(key)).send({ snapshot: true }).expect((res) => expect([200, 202]).toContain(res.status));
+    for (const deadline = Date.now() + 120_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 500))) {
+      const now = (await rig.t.api.get('/v1/instances/box').set(bearer(key)).expect(200)).body as { status: string; session_saved: boolean };
+      if (now.status === 'stopped') return now;
+    }
+    throw new Error('the machine did not stop');
+  };
   const service = async (name: string) => (await rig.t.api.get(`/v1/instances/box/services/${name}`).set(bearer(key)).expect(200)).body as { status: string; public_url: string };
 
   beforeAll(async () => {
@@ -137,7 +148,9 @@ describe.each([
     expect(peak - rssBefore).toBeLessThan(BIG_BYTES / 2);
   });
 
-  it('lets the owner\'s browser into a private service through the console (the page, its WebSocket and SSE on the cookie), and keeps out an anonymous fetch (401 JSON) and another account', async () => {
+  it(mode === 'subdomain'
+    ? 'lets the owner\'s browser into a private service through the console (the page, its WebSocket and SSE on the cookie), and keeps out an anonymous fetch (401 JSON) and another account'
+    : 'keeps a private service from browsers where services share one origin (S14: a cookie would reach them all), and lets a script in with an API key of the account', async () => {
     const created = await rig.t.api.post('/v1/instances/box/services').set(bearer(key)).send({ name: 'secret', port: PORT + 1 }).expect(200);
     expect(created.body.access).toBe('account');
     const started = await guestRun(rig.t, instanceId, `setsid node /tmp/app.js ${PORT + 1} > /tmp/secret.log 2>&1 < /dev/null & echo started`);
@@ -152,6 +165,15 @@ describe.each([
       }).on('error', reject).end();
     });
     expect(direct).toEqual({ status: 401, code: 'A01' });
+    if (mode === 'path') {
+      const byKey = await fetchText(rig, created.body.public_url, { authorization: `Bearer ${key}` });
+      expect(byKey).toMatchObject({ status: 200 });
+      expect(byKey.text).toContain('A dev server in the guest');
+      await page.goto(created.body.public_url);
+      await page.getByText('Private services open in a browser only where each service has a host name of its own').waitFor({ timeout: 10_000 });
+      await screenshot(page, 'hosted-service-private-path');
+      return;
+    }
 
     // The owner, signed in at the console, opens the address: through the console and back with a cookie.
     const owner = await rig.open('/console/login');
@@ -173,7 +195,54 @@ describe.each([
     expect(stranger.page.url()).toMatch(/\/console\/services\/authorize\?/);
     await screenshot(stranger.page, `hosted-service-private-stranger-${mode}`);
   });
+
+  if (lifecycle) {
+    it('keeps services through a fork with memory (new URLs, the copy\'s app answers), wakes the stopped machine on a request, and stops it when idle with its memory saved', async () => {
+      const original = await service('app');
+      await rig.t.api.post('/v1/instances/box/fork').set(bearer(key)).send({ name: 'copy', memory: true }).expect(200);
+      const copied = (await rig.t.api.get('/v1/instances/copy/services').set(bearer(key)).expect(200)).body.data as { name: string; public_url: string; access: string }[];
+      expect(copied.map((one) => one.name).sort()).toEqual(['app', 'secret']);
+      const copyApp = copied.find((one) => one.name === 'app')!;
+      expect(copyApp.access).toBe('public');
+      expect(copyApp.public_url).not.toBe(original.public_url);
+      // The app runs on in the copy's memory and answers at the copy's own URL.
+      expect((await fetchText(rig, copyApp.public_url)).text).toContain('A dev server in the guest');
+      await rig.t.api.delete('/v1/instances/copy').set(bearer(key)).expect(200);
+
+      // Wake on request: the machine stopped with its memory saved, a request resumes it and is answered.
+      await rig.t.api.patch('/v1/instances/box/services/app').set(bearer(key)).send({ wake_on_request: true, idle_stop_minutes: 1 }).expect(200);
+      await stopped(true);
+      expect((await service('app')).status).toBe('stopped');
+      const woken = await fetchText(rig, original.public_url);
+      expect(woken.status).toBe(200);
+      expect(woken.text).toContain('A dev server in the guest');
+      expect((await rig.t.api.get('/v1/instances/box').set(bearer(key)).expect(200)).body.status).toBe('running');
+      const events = (await rig.t.api.get('/v1/events?resource_type=hosted_service').set(bearer(key)).expect(200)).body.data as { type: string; data: { name: string; status?: string } }[];
+      expect(events.filter((event) => event.type === 'service.status_changed' && event.data.name === 'app').map((event) => event.data.status)).toEqual(expect.arrayContaining(['stopped', 'active']));
+
+      // Idle: nothing carried for longer than its idle time (moved back here), the job stops it with its memory.
+      const longAgo = new Date(Date.now() - 5 * 60_000);
+      await rig.t.services.database.prisma.hostedService.updateMany({ where: { instanceId }, data: { lastRequestAt: longAgo } });
+      await rig.t.services.database.prisma.instance.update({ where: { id: instanceId }, data: { updatedAt: longAgo } });
+      expect((await rig.t.services.hostedServices.idleMachines()).map((one) => one.id)).toEqual([instanceId]);
+      await stopIdleMachines(rig.t.services, { warn: () => undefined });
+      const after = await stopped(false);
+      expect(after.session_saved).toBe(true);
+    });
+  }
 });
+
+/** A GET of a service's URL through the rig's listener, its whole text. */
+function fetchText(rig: ConsoleRig, url: string, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
+  const address = new URL(url);
+  return new Promise((resolve, reject) => {
+    request({ host: '127.0.0.1', port: Number(new URL(rig.url).port), path: `${address.pathname}${address.search}`, headers: { host: address.host, ...headers } }, (res) => {
+      let text = '';
+      res.on('data', (chunk: Buffer) => (text += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+    }).on('error', reject).end();
+  });
+}
 
 /**
  * A GET read to its end, its bytes checked as they come. A stall (no byte for 30 s) fails with how
