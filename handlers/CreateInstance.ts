@@ -13,5 +13,7 @@ export const handler: Handler<'CreateInstance'> = async ({ auth, services, body 
     ttlSeconds: body.ttl_seconds,
     autoSnapshotSeconds: body.auto_snapshot_seconds,
   });
+  // The environment's hosted services are the machine's from its start (openapi: EnvironmentServiceSpec).
+  await services.hostedServices.publishDeclared(auth.accountId, instance, await services.environments.declaredServices(auth.accountId, instance.environmentVersionId));
   return { status: 200, body: presentInstance(instance, services.instances.latestImageVersion()) };
 };

@@ -25,6 +25,7 @@ export function presentEnvironmentVersion(version: EnvironmentVersion, environme
     variables: version.variables as unknown as Record<string, string>,
     secret_paths: version.secretPaths as unknown as string[],
     setup_script: version.setupScript,
+    services: (Array.isArray(version.services) ? version.services : []) as unknown as Schemas['EnvironmentServiceSpec'][],
     created_at: iso(version.createdAt),
   };
 }

@@ -16,11 +16,22 @@ export interface SecretFileInput {
   content_base64: string;
 }
 
+/** A hosted service the environment declares (the API's EnvironmentServiceSpec; shapes checked by the schema). */
+export interface DeclaredService {
+  name: string;
+  port: number;
+  description?: string;
+  access?: 'account' | 'public';
+  wake_on_request?: boolean;
+  idle_stop_minutes?: number | null;
+}
+
 export interface EnvironmentInput {
   repositories?: RepositoryInput[];
   secret_files?: SecretFileInput[];
   setup_script?: string;
   variables?: Record<string, string>;
+  services?: DeclaredService[];
 }
 
 export interface Repository {
@@ -41,6 +52,7 @@ export interface EnvironmentContent {
   secretFiles: SecretFile[];
   variables: Record<string, string>;
   setupScript: string;
+  services: DeclaredService[];
 }
 
 /** Where checkouts without a path go: the home of the user commands run as. */
@@ -163,7 +175,12 @@ export function checkEnvironment(input: EnvironmentInput, previous?: Environment
   for (const [name, value] of Object.entries(variables)) noNul(value, `variables.${name}`);
   const setupScript = input.setup_script === undefined && previous ? previous.setupScript : (input.setup_script ?? '');
   noNul(setupScript, 'setup_script');
-  return { repositories, secretFiles, variables, setupScript };
+  const services = input.services === undefined && previous ? previous.services : (input.services ?? []);
+  services.forEach((service, i) => {
+    if (services.findIndex((other) => other.name === service.name) !== i) invalid(`services[${i}].name`, `the name ${service.name} is given twice`);
+    if (services.findIndex((other) => other.port === service.port) !== i) invalid(`services[${i}].port`, `the port ${service.port} is given twice`);
+  });
+  return { repositories, secretFiles, variables, setupScript, services };
 }
 
 function checkRepository(repo: RepositoryInput, param: string): Repository {

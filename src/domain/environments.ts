@@ -6,7 +6,7 @@ import type { AccountStore } from '../store/accounts';
 import type { EnvironmentStore, EnvironmentVersion, EnvironmentWithCurrent, NewEnvironmentVersion } from '../store/environments';
 import { appendEvent } from '../store/events';
 import type { Clock } from './clock';
-import { checkEnvironment, type EnvironmentContent, type EnvironmentInput } from './environment-rules';
+import { checkEnvironment, type DeclaredService, type EnvironmentContent, type EnvironmentInput } from './environment-rules';
 import type { SecretBox } from './secret-box';
 import { newId } from './secrets';
 import type { Transactions } from './transactions';
@@ -94,6 +94,13 @@ export class Environments {
     return version ? { name: version.environment.name, version: version.version } : null;
   }
 
+  /** The hosted services a version declares (no secrets opened); none when it is gone. */
+  async declaredServices(accountId: string, versionId: string | null): Promise<DeclaredService[]> {
+    if (!versionId) return [];
+    const version = await this.store.findVersion(accountId, versionId);
+    return version ? servicesOf(version) : [];
+  }
+
   /** The variables of a version, for every exec in an instance created with it. */
   async variables(accountId: string, versionId: string | null): Promise<Record<string, string>> {
     if (!versionId) return {};
@@ -116,6 +123,7 @@ export class Environments {
       secretPaths: content.secretFiles.map((file) => file.path),
       sealedSecretFiles: files.length > 0 ? this.secrets.seal(JSON.stringify(files), id) : null,
       setupScript: content.setupScript,
+      services: content.services,
       createdAt: this.clock.now(),
     };
   }
@@ -129,6 +137,12 @@ export class Environments {
       variables: version.variables as unknown as Record<string, string>,
       secretFiles: files.map((file) => ({ path: file.path, content: Buffer.from(file.content_base64, 'base64') })),
       setupScript: version.setupScript,
+      services: servicesOf(version),
     };
   }
+}
+
+/** A version's declared services (versions from before services were declared have none). */
+function servicesOf(version: EnvironmentVersion): DeclaredService[] {
+  return Array.isArray(version.services) ? (version.services as unknown as DeclaredService[]) : [];
 }

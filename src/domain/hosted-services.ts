@@ -10,6 +10,7 @@ import type { HostedService, HostedServiceChanges, HostedServiceStore } from '..
 import type { Instance } from '../store/instances';
 import type { ServiceCredentialStore } from '../store/service-credentials';
 import type { Clock } from './clock';
+import type { DeclaredService } from './environment-rules';
 import type { Limits } from './limits';
 import { newId } from './secrets';
 import { publishedAt, SERVICE_KEY_ALPHABET, SERVICE_KEY_LENGTH, type PublishedAt, type ServiceAddresses } from './service-addresses';
@@ -108,6 +109,21 @@ export class HostedServices {
     });
     if (!updated) throw new KisteError('S10', { message: `${machineName} has no service named ${name}`, param: 'service' });
     return this.view(await this.find(accountId, instance, name), instance);
+  }
+
+  /**
+   * A machine created from an environment publishes the services it declares, as creates of its
+   * owner would (nothing where the installation publishes no services: the environment may come
+   * from one that does).
+   */
+  async publishDeclared(accountId: string, instance: Instance, declared: DeclaredService[]): Promise<void> {
+    if (!this.addresses) return;
+    for (const service of declared) {
+      await this.create(accountId, instance.name, {
+        name: service.name, port: service.port, description: service.description, access: service.access,
+        wakeOnRequest: service.wake_on_request, idleStopMinutes: service.idle_stop_minutes,
+      });
+    }
   }
 
   /**

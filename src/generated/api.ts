@@ -2153,6 +2153,8 @@ export interface components {
             name: string;
             repositories?: components["schemas"]["RepositorySpec"][];
             secret_files?: components["schemas"]["SecretFileInput"][];
+            /** @description Hosted services a machine created from the environment publishes at create (names and ports unique; K32 otherwise). */
+            services?: components["schemas"]["EnvironmentServiceSpec"][];
             setup_script?: string;
             variables?: {
                 [key: string]: string;
@@ -2422,6 +2424,20 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** @description A port the machine publishes as a hosted service when it is created from the environment (as POST …/services would; nothing where the installation publishes no services). */
+        EnvironmentServiceSpec: {
+            /**
+             * @default account
+             * @enum {string}
+             */
+            access: "account" | "public";
+            description?: string;
+            idle_stop_minutes?: components["schemas"]["ServiceIdleStopMinutes"];
+            name: string;
+            /** Format: int32 */
+            port: number;
+            wake_on_request?: components["schemas"]["ServiceWakeOnRequest"];
+        };
         /** @description List of EnvironmentVersionResponse, newest first. */
         EnvironmentVersionList: {
             data: components["schemas"]["EnvironmentVersionResponse"][];
@@ -2441,6 +2457,7 @@ export interface components {
             id: string;
             repositories: components["schemas"]["RepositorySpec"][];
             secret_paths: string[];
+            services: components["schemas"]["EnvironmentServiceSpec"][];
             setup_script: string;
             variables: {
                 [key: string]: string;
@@ -3410,6 +3427,8 @@ export interface components {
         UpdateEnvironmentRequest: {
             repositories?: components["schemas"]["RepositorySpec"][];
             secret_files?: components["schemas"]["SecretFileInput"][];
+            /** @description Hosted services a machine created from the environment publishes at create (names and ports unique; K32 otherwise). */
+            services?: components["schemas"]["EnvironmentServiceSpec"][];
             setup_script?: string;
             variables?: {
                 [key: string]: string;
@@ -7336,6 +7355,7 @@ export const createInstanceRequestProfileValues: ReadonlyArray<FlattenedDeepRequ
 export const createServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["CreateServiceRequest"]["access"]> = ["account", "public"];
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
+export const environmentServiceSpecAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EnvironmentServiceSpec"]["access"]> = ["account", "public"];
 export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "S13", "S14", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
 export const eventDataServiceAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["access"]> = ["account", "public"];
 export const eventDataServiceStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["status"]> = ["active", "unreachable", "stopped"];

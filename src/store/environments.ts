@@ -1,6 +1,7 @@
 // Environments and their immutable versions. Every query takes the account id.
 import type { Transaction } from '../domain/transactions';
 import type { Environment, EnvironmentVersion, Prisma } from '../generated/prisma/sqlite/client';
+import type { DeclaredService } from '../domain/environment-rules';
 import type { Db } from './prisma';
 import { clientFor } from './transactions';
 
@@ -14,6 +15,7 @@ export interface NewEnvironmentVersion {
   secretPaths: string[];
   sealedSecretFiles: string | null;
   setupScript: string;
+  services: DeclaredService[];
   createdAt: Date;
 }
 
@@ -82,6 +84,7 @@ function versionData(accountId: string, environmentId: string, version: number, 
     secretPaths: v.secretPaths as Prisma.InputJsonValue,
     sealedSecretFiles: v.sealedSecretFiles,
     setupScript: v.setupScript,
+    services: v.services as unknown as Prisma.InputJsonValue,
     createdAt: v.createdAt,
   };
 }

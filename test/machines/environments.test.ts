@@ -97,11 +97,13 @@ describe('environments on real guests', () => {
         { path: '/etc/app/token', content_base64: Buffer.from(SECRET).toString('base64') },
       ],
       setup_script: 'set -e\necho "setup sees: $GREETING"\ncat README\necho done > /root/setup-marker\n',
+      services: [{ name: 'web', port: 3000, access: 'public', wake_on_request: true }],
     }).expect(200));
     expect(created.body).toMatchObject({ name: 'web-dev', current_version: 1 });
     const v1 = record(await t.api.get('/v1/environments/web-dev').set(auth()).expect(200)).body.current;
     expect(v1.secret_paths).toEqual(['/root/.git-credentials', '/etc/app/token']);
     expect(v1.repositories).toEqual([{ url: repoUrl, ref: 'v1', path: '/root/app', credentials_file: '/root/.git-credentials' }]);
+    expect(v1.services).toEqual([{ name: 'web', port: 3000, access: 'public', wake_on_request: true }]);
 
     const started = Date.now();
     const first = record(await t.api.post('/v1/instances').set(auth())
@@ -110,6 +112,9 @@ describe('environments on real guests', () => {
     expect(first.body.environment_version_id).toBe(v1.id);
     expect(['pending', 'running']).toContain(first.body.setup_status);
     expect(first.body.components.map((c: { id: string }) => c.id)).toEqual(expect.arrayContaining(['git', 'node']));
+    // The environment's hosted service is the machine's from the create on.
+    const published = record(await t.api.get('/v1/instances/env-one/services').set(auth()).expect(200)).body.data;
+    expect(published.map((one: { name: string; port: number; access: string; wake_on_request: boolean }) => [one.name, one.port, one.access, one.wake_on_request])).toEqual([['web', 3000, 'public', true]]);
 
     // Secret files and variables are there when the create answers.
     const files = await guestRun(t, first.body.id, 'stat -c "%a %U" /etc/app/token /root/.git-credentials; cat /etc/app/token');
@@ -215,6 +220,10 @@ describe('environments on real guests', () => {
       { body: { name: 'bad', variables: { A: 'x\u0000y' } }, status: 400, param: 'variables.A', code: 'P01' },
       { body: { name: 'bad', setup_script: 'x'.repeat(40_000) }, status: 400 },
       { body: { name: 'bad', secret_files: Array.from({ length: 21 }, (_, i) => ({ path: `/root/s${i}`, content_base64: 'eA==' })) }, status: 400 },
+      { body: { name: 'bad', services: [{ name: 'web', port: 3000 }, { name: 'web', port: 3001 }] }, status: 422, param: 'services[1].name' },
+      { body: { name: 'bad', services: [{ name: 'web', port: 3000 }, { name: 'api', port: 3000 }] }, status: 422, param: 'services[1].port' },
+      { body: { name: 'bad', services: [{ name: 'Web!', port: 3000 }] }, status: 400 },
+      { body: { name: 'bad', services: [{ name: 'web', port: 70000 }] }, status: 400 },
     ];
     for (const { body, status, param, code } of bad as { body: object; status: number; param?: string; code?: string }[]) {
       const res = await t.api.post('/v1/environments').set(auth()).send(body).expect(status);

@@ -2760,6 +2760,7 @@ export const EnvironmentVersionScalarFieldEnum = {
   secretPaths: 'secretPaths',
   sealedSecretFiles: 'sealedSecretFiles',
   setupScript: 'setupScript',
+  services: 'services',
   createdAt: 'createdAt'
 } as const
 

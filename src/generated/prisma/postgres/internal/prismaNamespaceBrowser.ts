@@ -450,6 +450,7 @@ export const EnvironmentVersionScalarFieldEnum = {
   secretPaths: 'secretPaths',
   sealedSecretFiles: 'sealedSecretFiles',
   setupScript: 'setupScript',
+  services: 'services',
   createdAt: 'createdAt'
 } as const
 

@@ -65,6 +65,7 @@ export type EnvironmentVersionCountAggregateOutputType = {
   secretPaths: number
   sealedSecretFiles: number
   setupScript: number
+  services: number
   createdAt: number
   _all: number
 }
@@ -108,6 +109,7 @@ export type EnvironmentVersionCountAggregateInputType = {
   secretPaths?: true
   sealedSecretFiles?: true
   setupScript?: true
+  services?: true
   createdAt?: true
   _all?: true
 }
@@ -208,6 +210,7 @@ export type EnvironmentVersionGroupByOutputType = {
   secretPaths: runtime.JsonValue
   sealedSecretFiles: string | null
   setupScript: string
+  services: runtime.JsonValue
   createdAt: Date
   _count: EnvironmentVersionCountAggregateOutputType | null
   _avg: EnvironmentVersionAvgAggregateOutputType | null
@@ -244,6 +247,7 @@ export type EnvironmentVersionWhereInput = {
   secretPaths?: Prisma.JsonFilter<"EnvironmentVersion">
   sealedSecretFiles?: Prisma.StringNullableFilter<"EnvironmentVersion"> | string | null
   setupScript?: Prisma.StringFilter<"EnvironmentVersion"> | string
+  services?: Prisma.JsonFilter<"EnvironmentVersion">
   createdAt?: Prisma.DateTimeFilter<"EnvironmentVersion"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   environment?: Prisma.XOR<Prisma.EnvironmentScalarRelationFilter, Prisma.EnvironmentWhereInput>
@@ -259,6 +263,7 @@ export type EnvironmentVersionOrderByWithRelationInput = {
   secretPaths?: Prisma.SortOrder
   sealedSecretFiles?: Prisma.SortOrderInput | Prisma.SortOrder
   setupScript?: Prisma.SortOrder
+  services?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
   environment?: Prisma.EnvironmentOrderByWithRelationInput
@@ -278,6 +283,7 @@ export type EnvironmentVersionWhereUniqueInput = Prisma.AtLeast<{
   secretPaths?: Prisma.JsonFilter<"EnvironmentVersion">
   sealedSecretFiles?: Prisma.StringNullableFilter<"EnvironmentVersion"> | string | null
   setupScript?: Prisma.StringFilter<"EnvironmentVersion"> | string
+  services?: Prisma.JsonFilter<"EnvironmentVersion">
   createdAt?: Prisma.DateTimeFilter<"EnvironmentVersion"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   environment?: Prisma.XOR<Prisma.EnvironmentScalarRelationFilter, Prisma.EnvironmentWhereInput>
@@ -293,6 +299,7 @@ export type EnvironmentVersionOrderByWithAggregationInput = {
   secretPaths?: Prisma.SortOrder
   sealedSecretFiles?: Prisma.SortOrderInput | Prisma.SortOrder
   setupScript?: Prisma.SortOrder
+  services?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.EnvironmentVersionCountOrderByAggregateInput
   _avg?: Prisma.EnvironmentVersionAvgOrderByAggregateInput
@@ -314,6 +321,7 @@ export type EnvironmentVersionScalarWhereWithAggregatesInput = {
   secretPaths?: Prisma.JsonWithAggregatesFilter<"EnvironmentVersion">
   sealedSecretFiles?: Prisma.StringNullableWithAggregatesFilter<"EnvironmentVersion"> | string | null
   setupScript?: Prisma.StringWithAggregatesFilter<"EnvironmentVersion"> | string
+  services?: Prisma.JsonWithAggregatesFilter<"EnvironmentVersion">
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"EnvironmentVersion"> | Date | string
 }
 
@@ -325,6 +333,7 @@ export type EnvironmentVersionCreateInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutEnvironmentVersionsInput
   environment: Prisma.EnvironmentCreateNestedOneWithoutVersionsInput
@@ -340,6 +349,7 @@ export type EnvironmentVersionUncheckedCreateInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -351,6 +361,7 @@ export type EnvironmentVersionUpdateInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutEnvironmentVersionsNestedInput
   environment?: Prisma.EnvironmentUpdateOneRequiredWithoutVersionsNestedInput
@@ -366,6 +377,7 @@ export type EnvironmentVersionUncheckedUpdateInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -379,6 +391,7 @@ export type EnvironmentVersionCreateManyInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -390,6 +403,7 @@ export type EnvironmentVersionUpdateManyMutationInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -403,6 +417,7 @@ export type EnvironmentVersionUncheckedUpdateManyInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -431,6 +446,7 @@ export type EnvironmentVersionCountOrderByAggregateInput = {
   secretPaths?: Prisma.SortOrder
   sealedSecretFiles?: Prisma.SortOrder
   setupScript?: Prisma.SortOrder
+  services?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -554,6 +570,7 @@ export type EnvironmentVersionCreateWithoutAccountInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
   environment: Prisma.EnvironmentCreateNestedOneWithoutVersionsInput
 }
@@ -567,6 +584,7 @@ export type EnvironmentVersionUncheckedCreateWithoutAccountInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -609,6 +627,7 @@ export type EnvironmentVersionScalarWhereInput = {
   secretPaths?: Prisma.JsonFilter<"EnvironmentVersion">
   sealedSecretFiles?: Prisma.StringNullableFilter<"EnvironmentVersion"> | string | null
   setupScript?: Prisma.StringFilter<"EnvironmentVersion"> | string
+  services?: Prisma.JsonFilter<"EnvironmentVersion">
   createdAt?: Prisma.DateTimeFilter<"EnvironmentVersion"> | Date | string
 }
 
@@ -620,6 +639,7 @@ export type EnvironmentVersionCreateWithoutEnvironmentInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutEnvironmentVersionsInput
 }
@@ -633,6 +653,7 @@ export type EnvironmentVersionUncheckedCreateWithoutEnvironmentInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -671,6 +692,7 @@ export type EnvironmentVersionCreateManyAccountInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -682,6 +704,7 @@ export type EnvironmentVersionUpdateWithoutAccountInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   environment?: Prisma.EnvironmentUpdateOneRequiredWithoutVersionsNestedInput
 }
@@ -695,6 +718,7 @@ export type EnvironmentVersionUncheckedUpdateWithoutAccountInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -707,6 +731,7 @@ export type EnvironmentVersionUncheckedUpdateManyWithoutAccountInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -719,6 +744,7 @@ export type EnvironmentVersionCreateManyEnvironmentInput = {
   secretPaths: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: string | null
   setupScript: string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -730,6 +756,7 @@ export type EnvironmentVersionUpdateWithoutEnvironmentInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutEnvironmentVersionsNestedInput
 }
@@ -743,6 +770,7 @@ export type EnvironmentVersionUncheckedUpdateWithoutEnvironmentInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -755,6 +783,7 @@ export type EnvironmentVersionUncheckedUpdateManyWithoutEnvironmentInput = {
   secretPaths?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   sealedSecretFiles?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   setupScript?: Prisma.StringFieldUpdateOperationsInput | string
+  services?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -770,6 +799,7 @@ export type EnvironmentVersionSelect<ExtArgs extends runtime.Types.Extensions.In
   secretPaths?: boolean
   sealedSecretFiles?: boolean
   setupScript?: boolean
+  services?: boolean
   createdAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   environment?: boolean | Prisma.EnvironmentDefaultArgs<ExtArgs>
@@ -785,6 +815,7 @@ export type EnvironmentVersionSelectCreateManyAndReturn<ExtArgs extends runtime.
   secretPaths?: boolean
   sealedSecretFiles?: boolean
   setupScript?: boolean
+  services?: boolean
   createdAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   environment?: boolean | Prisma.EnvironmentDefaultArgs<ExtArgs>
@@ -800,6 +831,7 @@ export type EnvironmentVersionSelectUpdateManyAndReturn<ExtArgs extends runtime.
   secretPaths?: boolean
   sealedSecretFiles?: boolean
   setupScript?: boolean
+  services?: boolean
   createdAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   environment?: boolean | Prisma.EnvironmentDefaultArgs<ExtArgs>
@@ -815,10 +847,11 @@ export type EnvironmentVersionSelectScalar = {
   secretPaths?: boolean
   sealedSecretFiles?: boolean
   setupScript?: boolean
+  services?: boolean
   createdAt?: boolean
 }
 
-export type EnvironmentVersionOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "environmentId" | "version" | "repositories" | "variables" | "secretPaths" | "sealedSecretFiles" | "setupScript" | "createdAt", ExtArgs["result"]["environmentVersion"]>
+export type EnvironmentVersionOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "environmentId" | "version" | "repositories" | "variables" | "secretPaths" | "sealedSecretFiles" | "setupScript" | "services" | "createdAt", ExtArgs["result"]["environmentVersion"]>
 export type EnvironmentVersionInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   environment?: boolean | Prisma.EnvironmentDefaultArgs<ExtArgs>
@@ -860,6 +893,10 @@ export type $EnvironmentVersionPayload<ExtArgs extends runtime.Types.Extensions.
      */
     sealedSecretFiles: string | null
     setupScript: string
+    /**
+     * [{name, port, access, description, wake_on_request, idle_stop_minutes}]: hosted services a machine created from it publishes.
+     */
+    services: runtime.JsonValue
     createdAt: Date
   }, ExtArgs["result"]["environmentVersion"]>
   composites: {}
@@ -1295,6 +1332,7 @@ export interface EnvironmentVersionFieldRefs {
   readonly secretPaths: Prisma.FieldRef<"EnvironmentVersion", 'Json'>
   readonly sealedSecretFiles: Prisma.FieldRef<"EnvironmentVersion", 'String'>
   readonly setupScript: Prisma.FieldRef<"EnvironmentVersion", 'String'>
+  readonly services: Prisma.FieldRef<"EnvironmentVersion", 'Json'>
   readonly createdAt: Prisma.FieldRef<"EnvironmentVersion", 'DateTime'>
 }
     

@@ -2757,6 +2757,7 @@ export const EnvironmentVersionScalarFieldEnum = {
   secretPaths: 'secretPaths',
   sealedSecretFiles: 'sealedSecretFiles',
   setupScript: 'setupScript',
+  services: 'services',
   createdAt: 'createdAt'
 } as const
 

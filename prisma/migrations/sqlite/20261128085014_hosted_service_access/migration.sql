@@ -16,6 +16,26 @@ CREATE TABLE "ServiceCredential" (
 -- RedefineTables
 PRAGMA defer_foreign_keys=ON;
 PRAGMA foreign_keys=OFF;
+CREATE TABLE "new_EnvironmentVersion" (
+    "id" TEXT NOT NULL PRIMARY KEY,
+    "accountId" TEXT NOT NULL,
+    "environmentId" TEXT NOT NULL,
+    "version" INTEGER NOT NULL,
+    "repositories" JSONB NOT NULL,
+    "variables" JSONB NOT NULL,
+    "secretPaths" JSONB NOT NULL,
+    "sealedSecretFiles" TEXT,
+    "setupScript" TEXT NOT NULL,
+    "services" JSONB NOT NULL DEFAULT '[]',
+    "createdAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    CONSTRAINT "EnvironmentVersion_accountId_fkey" FOREIGN KEY ("accountId") REFERENCES "Account" ("id") ON DELETE CASCADE ON UPDATE CASCADE,
+    CONSTRAINT "EnvironmentVersion_environmentId_fkey" FOREIGN KEY ("environmentId") REFERENCES "Environment" ("id") ON DELETE CASCADE ON UPDATE CASCADE
+);
+INSERT INTO "new_EnvironmentVersion" ("accountId", "createdAt", "environmentId", "id", "repositories", "sealedSecretFiles", "secretPaths", "setupScript", "variables", "version") SELECT "accountId", "createdAt", "environmentId", "id", "repositories", "sealedSecretFiles", "secretPaths", "setupScript", "variables", "version" FROM "EnvironmentVersion";
+DROP TABLE "EnvironmentVersion";
+ALTER TABLE "new_EnvironmentVersion" RENAME TO "EnvironmentVersion";
+CREATE INDEX "EnvironmentVersion_accountId_idx" ON "EnvironmentVersion"("accountId");
+CREATE UNIQUE INDEX "EnvironmentVersion_environmentId_version_key" ON "EnvironmentVersion"("environmentId", "version");
 CREATE TABLE "new_HostedService" (
     "id" TEXT NOT NULL PRIMARY KEY,
     "accountId" TEXT NOT NULL,

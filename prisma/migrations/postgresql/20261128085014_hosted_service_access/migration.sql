@@ -1,4 +1,7 @@
 -- AlterTable
+ALTER TABLE "EnvironmentVersion" ADD COLUMN     "services" JSONB NOT NULL DEFAULT '[]';
+
+-- AlterTable
 ALTER TABLE "HostedService" ADD COLUMN     "idleStopMinutes" INTEGER,
 ADD COLUMN     "lastRequestAt" TIMESTAMP(3),
 ADD COLUMN     "lastStatus" TEXT,
