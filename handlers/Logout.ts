@@ -3,7 +3,7 @@ import { SESSION_COOKIE } from '../src/http/cookies';
 
 export const handler: Handler<'Logout'> = async ({ auth, services }) => {
   await services.accounts.logout(auth);
-  if (auth.kind === 'browser') await services.serviceAccess.endForSession(auth.credentialId); // the private services it let in
+  if (auth.kind === 'browser') await services.serviceAccess.endForSession(auth.accountId, auth.credentialId); // the private services it let in
   const what = { browser: 'browser session', cli: 'CLI sign-in', api_key: 'API key' }[auth.kind];
   return {
     status: 200,

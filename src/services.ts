@@ -243,6 +243,11 @@ export function createServices(config: Config, database: Database, options: Serv
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
   const sshTunnels = new SshTunnels(instances, machineHost, options.tunnels);
+  const terminals = new Terminals(instances, machineHost, clock, options.terminals);
+  const desktops = new Desktops(new DesktopStore(db), stores.instances, instances,
+    machineDisplay,
+    new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
+    config.turn, clock);
   const webhookSecrets = new SecretBox(secretKey, 'webhook signing secrets');
   const webhookDeliveries = new WebhookDeliveries(transactions, webhookStore, webhookSecrets, clock, database.commits, {
     ...webhookTarget,
@@ -285,6 +290,7 @@ export function createServices(config: Config, database: Database, options: Serv
       services: hostedServices, access: serviceAccess, wake: serviceWake,
       reach: { openPort: (id, port) => machineHost.agent(id).openTcp(port, undefined, { timeoutMs: PORT_OPEN_MS }) },
       logger, baseUrl: config.baseUrl, consoleUrl: config.consoleUrl,
+      machinesInUse: () => [...sshTunnels.machinesInUse(), ...terminals.machinesInUse(), ...desktops.machinesInUse()],
     }),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
     deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
@@ -303,11 +309,8 @@ export function createServices(config: Config, database: Database, options: Serv
     instanceSetups: setups,
     commands: new Commands(transactions, new CommandStore(db), instances, machineHost, environments, clock, { outputLimitBytes: options.commandOutputLimitBytes ?? OUTPUT_LIMIT_BYTES }),
     sshTunnels,
-    terminals: new Terminals(instances, machineHost, clock, options.terminals),
-    desktops: new Desktops(new DesktopStore(db), stores.instances, instances,
-      machineDisplay,
-      new WebRtcDesktopStreamer({ ...DEFAULT_STREAM_SETTINGS, hostAddress: iceHostAddress(config.listenHost) }),
-      config.turn, clock),
+    terminals,
+    desktops,
     alerts,
     webhooks: new Webhooks(transactions, webhookStore, stores.accounts, limits, webhookSecrets, webhookDeliveries, clock, webhookTarget),
     webhookDeliveries,

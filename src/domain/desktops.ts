@@ -52,7 +52,7 @@ interface RecoveryGrant {
 export class Desktops {
   private readonly recoveryGrants = new Map<string, RecoveryGrant>();
   /** Per session: its account and what streams for it now. */
-  private readonly streams = new Map<string, { accountId: string; open: Set<DesktopStream> }>();
+  private readonly streams = new Map<string, { accountId: string; instanceId: string; open: Set<DesktopStream> }>();
   /** Video streams per account, each held from the start of its offer until the stream ends. */
   private readonly videoSlots = new AccountSlots(VIDEO_STREAMS_PER_ACCOUNT);
 
@@ -227,9 +227,14 @@ export class Desktops {
   /** Registers a stream of a session: it is closed when the session ends; call the result when it closed by itself. */
   track(session: DesktopSession, stream: DesktopStream): () => void {
     let entry = this.streams.get(session.id);
-    if (!entry) this.streams.set(session.id, (entry = { accountId: session.accountId, open: new Set() }));
+    if (!entry) this.streams.set(session.id, (entry = { accountId: session.accountId, instanceId: session.instanceId, open: new Set() }));
     entry.open.add(stream);
     return () => this.forget(session.id, stream);
+  }
+
+  /** Machines with a desktop or recovery console open through this process. */
+  machinesInUse(): string[] {
+    return [...this.streams.values()].map((entry) => entry.instanceId);
   }
 
   /** Signing out everywhere ends the account's desktop sessions and closes open desktops. */

@@ -17,6 +17,11 @@ import { publishedAt, SERVICE_KEY_ALPHABET, SERVICE_KEY_LENGTH, type PublishedAt
 import type { Transaction, Transactions } from './transactions';
 
 export type ServiceAccess = 'account' | 'public';
+
+/** A machine that wakes on a request stops again after this long unused, unless its services say otherwise (a stranger's request must not start it for good). */
+export const WAKE_IDLE_STOP_MINUTES = 30;
+/** At most this many `service.status_changed` per service a minute (per replica): a flapping port cannot flood the stream. */
+const STATUS_EVENTS_PER_MINUTE = 4;
 export type ServiceStatus = 'active' | 'unreachable' | 'stopped';
 
 /** Whether something listens on a port of a running machine (a TCP open through its agent). */
@@ -48,6 +53,8 @@ export interface ServiceView extends PublishedAt {
 }
 
 export class HostedServices {
+  private readonly statusEventAt = new Map<string, number[]>();
+
   constructor(
     private readonly transactions: Transactions,
     private readonly store: HostedServiceStore,
@@ -103,7 +110,7 @@ export class HostedServices {
       if ((await this.store.update(tx, accountId, service.id, changes, this.clock.now())).count !== 1) return null;
       // A service made public and private again must not let in what it let in before.
       if (changes.access !== undefined && changes.access !== service.access) await this.credentials.endForService(service.id, tx);
-      const now = { ...service, ...changes };
+      const now = { ...service, ...Object.fromEntries(Object.entries(changes).filter(([, value]) => value !== undefined)) } as HostedService;
       await this.event(tx, 'service.updated', now, instance, this.addresses, { access: now.access });
       return now;
     });
@@ -116,14 +123,17 @@ export class HostedServices {
    * owner would (nothing where the installation publishes no services: the environment may come
    * from one that does).
    */
-  async publishDeclared(accountId: string, instance: Instance, declared: DeclaredService[]): Promise<void> {
-    if (!this.addresses) return;
+  async publishDeclared(accountId: string, instance: Instance, declared: DeclaredService[]): Promise<string[]> {
+    if (!this.addresses) return [];
+    const failed: string[] = [];
     for (const service of declared) {
+      // The machine exists: a service that cannot be published is said, not the create failed.
       await this.create(accountId, instance.name, {
         name: service.name, port: service.port, description: service.description, access: service.access,
         wakeOnRequest: service.wake_on_request, idleStopMinutes: service.idle_stop_minutes,
-      });
+      }).catch(() => failed.push(service.name));
     }
+    return failed;
   }
 
   /**
@@ -155,11 +165,19 @@ export class HostedServices {
     const byMachine = new Map<string, { instance: Instance; minutes: number; lastUse: number }>();
     for (const { instance, ...service } of await this.store.idleCandidates()) {
       const entry = byMachine.get(instance.id) ?? { instance, minutes: Infinity, lastUse: instance.updatedAt.getTime() };
-      entry.minutes = Math.min(entry.minutes, service.idleStopMinutes!);
+      entry.minutes = Math.min(entry.minutes, service.idleStopMinutes ?? WAKE_IDLE_STOP_MINUTES);
       entry.lastUse = Math.max(entry.lastUse, service.lastRequestAt?.getTime() ?? 0);
       byMachine.set(instance.id, entry);
     }
-    return [...byMachine.values()].filter((entry) => now - entry.lastUse >= entry.minutes * 60_000).map((entry) => entry.instance);
+    const idle = [...byMachine.values()].filter((entry) => now - entry.lastUse >= entry.minutes * 60_000).map((entry) => entry.instance);
+    // A command running in it (an exec, a setup) is use too.
+    const running = await Promise.all(idle.map((instance) => this.store.commandRunning(instance.id)));
+    return idle.filter((_, i) => !running[i]);
+  }
+
+  /** Machines with other sessions open (SSH tunnels, terminals, desktops) count as in use: their services' last use is now. */
+  markMachinesInUse(instanceIds: string[]): Promise<void> {
+    return this.store.markMachinesInUse(instanceIds, this.clock.now());
   }
 
   /** The account's service of a machine, as stored (S10 when there is none). */
@@ -198,6 +216,12 @@ export class HostedServices {
    */
   async noteStatus(service: HostedService, instance: Instance, status: ServiceStatus): Promise<void> {
     if (service.lastStatus === status) return;
+    // Past the bound the change is not recorded either: the next sighting after it says where it went.
+    const now = Date.now();
+    const recent = (this.statusEventAt.get(service.id) ?? []).filter((at) => now - at < 60_000);
+    if (service.lastStatus !== null && recent.length >= STATUS_EVENTS_PER_MINUTE) return;
+    if (this.statusEventAt.size > 10_000) this.statusEventAt.clear();
+    this.statusEventAt.set(service.id, [...recent, now]);
     await this.transactions.run(async (tx) => {
       if ((await this.store.noteStatus(tx, service.id, service.lastStatus, status)) && service.lastStatus !== null) {
         await this.event(tx, 'service.status_changed', service, instance, this.addresses, { status });

@@ -18,15 +18,19 @@ export const SERVICE_COOKIE_SECONDS = 24 * 3600;
 const TOKEN_MS = 5 * 60_000;
 /** How long the proxy's signed note that sends a browser to the console holds. */
 const STATE_MS = 10 * 60_000;
+/** How long a row is kept past its expiry: connections opened with a token live on up to then. */
+const KEPT_AFTER_EXPIRY_MS = 24 * 3600_000;
+/** Cookies of the name looked at in one request (a Cookie header holds at most a few dozen of ours). */
+const MAX_COOKIES = 32;
 /** Live ones kept per account, service and kind (the newest): sign-ins in a loop cannot pile up rows. */
-const KEEP_PER_KIND = 20;
+const KEEP_PER_KIND: Record<ServiceCredentialKind, number> = { code: 20, cookie: 20, token: 100 };
 
 /**
  * The app path a browser goes to once let in: a path of the app, else its root (no open redirect,
  * and no dot segment that a browser would resolve out of the service).
  */
 export function appReturnPath(requested: string): string {
-  if (requested.length > 2048 || !requested.startsWith('/') || requested.startsWith('//') || /[\u0000-\u001f\u007f\\]/.test(requested)) return '/';
+  if (requested.length > 2048 || !requested.startsWith('/') || requested.startsWith('//') || /[^\x21-\x7e]|\\/.test(requested)) return '/';
   const path = requested.split(/[?#]/)[0]!;
   if (path.split('/').some((segment) => /^(?:\.|%2e){1,2}$/i.test(segment))) return '/';
   return requested;
@@ -99,15 +103,14 @@ export class ServiceAccessGate {
   /** Whether what the request brought lets it into the service, and by what. */
   async admit(service: HostedService, presented: PresentedCredentials): Promise<Admission> {
     const now = this.clock.now();
-    type Offered = ['cookie' | 'token', string];
-    const offered: Offered[] = [
-      ...(this.browsersLetIn ? presented.cookies.slice(0, 4).map((value): Offered => ['cookie', value]) : []),
-      ...(presented.token ? [['token', presented.token] as Offered] : []),
-    ];
-    for (const [kind, value] of offered) {
-      const prefix = kind === 'cookie' ? TOKEN_PREFIX.serviceCookie : TOKEN_PREFIX.serviceToken;
-      if (!value.startsWith(prefix) || value.length > 200) continue;
-      const found = await this.credentials.find(service.id, kind, sha256Hex(value), now);
+    // Every cookie of the name in one look-up (planted ones ahead of the real one cannot push it out).
+    const hashesOf = (values: string[], prefix: string) => [...new Set(values.filter((value) => value.startsWith(prefix) && value.length <= 200))].slice(0, MAX_COOKIES).map(sha256Hex);
+    const offered = [
+      ['cookie', this.browsersLetIn ? hashesOf(presented.cookies, TOKEN_PREFIX.serviceCookie) : []],
+      ['token', hashesOf(presented.token ? [presented.token] : [], TOKEN_PREFIX.serviceToken)],
+    ] as const;
+    for (const [kind, hashes] of offered) {
+      const found = await this.credentials.findAny(service.id, kind, hashes, now);
       if (found && found.accountId === service.accountId) return kind;
     }
     if (presented.bearer) {
@@ -117,14 +120,30 @@ export class ServiceAccessGate {
     return 'none';
   }
 
+  /**
+   * Whether an open connection let in as `admission` still would be: its cookie still live, its
+   * token not ended (a token opens a connection that may outlive the token's few minutes, up to a
+   * day), its key still the account's. Let in as nothing (the service was public): no.
+   */
+  async stillAdmits(service: HostedService, presented: PresentedCredentials, admission: Admission): Promise<boolean> {
+    const now = this.clock.now();
+    if (admission === 'cookie') return (await this.admit(service, { cookies: presented.cookies })) === 'cookie';
+    if (admission === 'token' && presented.token) {
+      const found = await this.credentials.find(service.id, 'token', sha256Hex(presented.token), new Date(now.getTime() - KEPT_AFTER_EXPIRY_MS));
+      return found !== null && found.accountId === service.accountId;
+    }
+    if (admission === 'key' && presented.bearer) return (await this.admit(service, { cookies: [], bearer: presented.bearer })) === 'key';
+    return false;
+  }
+
   /** Signing out everywhere (or a deletion requested) ends the account's service cookies and tokens. */
   endForAccount(accountId: string): Promise<number> {
     return this.credentials.endForAccount(accountId);
   }
 
   /** A console sign-in that ends takes the service cookies it let in along. */
-  endForSession(sessionId: string): Promise<number> {
-    return this.credentials.endForSession(sessionId);
+  endForSession(accountId: string, sessionId: string): Promise<number> {
+    return this.credentials.endForSession(accountId, sessionId);
   }
 
   /** A service whose access changed starts afresh: nothing from before lets anyone in. */
@@ -132,8 +151,9 @@ export class ServiceAccessGate {
     return this.credentials.endForService(serviceId);
   }
 
+  /** Rows a day past their expiry (a connection a token opened is looked at until then). */
   removeExpired(): Promise<number> {
-    return this.credentials.removeExpired(this.clock.now());
+    return this.credentials.removeExpired(new Date(this.clock.now().getTime() - KEPT_AFTER_EXPIRY_MS));
   }
 
   private stateHolds(state: string, serviceId: string, returnTo: string): boolean {
@@ -151,7 +171,7 @@ export class ServiceAccessGate {
     await this.credentials.issue({
       id: newId(), serviceId: service.id, accountId: service.accountId, kind, tokenHash: sha256Hex(secret), returnTo, sessionId,
       createdAt: now, expiresAt: new Date(now.getTime() + lifetimeMs),
-    }, KEEP_PER_KIND);
+    }, KEEP_PER_KIND[kind]);
     return secret;
   }
 }

@@ -31,25 +31,31 @@ export class ServiceWake {
 
   private async resume(instance: Instance): Promise<Instance> {
     const deadline = Date.now() + this.waitMs;
-    if (instance.desiredState !== 'running') await this.tryResume(instance);
+    // Once a resume of ours is claimed, a stop that follows is its owner's word: not fought.
+    let claimed = instance.desiredState !== 'running' ? await this.tryResume(instance) : true;
     for (;;) {
       const now = await this.machines.findById(instance.id);
       if (!now || now.desiredState === 'deleted') throw new KisteError('K03', { message: 'The machine that serves this address is gone' });
       if (now.status === 'running' && !now.operation) return now;
       if (now.status === 'error') throw new KisteError('K03', { message: 'The machine that serves this address could not be started', hint: 'Its owner can look at its console log.' });
       if (now.status === 'stopped' && !now.operation && now.desiredState === 'stopped') {
-        // A stop that held the machine when we asked has finished (or it was stopped again): ask again.
-        await this.tryResume(now);
+        if (claimed) throw new KisteError('K03', { message: 'The machine that serves this address was stopped again' });
+        // A stop that held the machine when we first asked has finished: ask now.
+        claimed = await this.tryResume(now);
       }
       if (Date.now() >= deadline) throw new KisteError('K03', { message: `The machine that serves this address did not start within ${Math.round(this.waitMs / 1000)} seconds`, hint: 'Try again in a moment.' });
       await new Promise((resolve) => setTimeout(resolve, LOOK_EVERY_MS));
     }
   }
 
-  /** Resumes as the owner would; busy (someone else's operation: a resume under way, a stop finishing) is waited for by the caller. */
-  private async tryResume(instance: Instance): Promise<void> {
-    await this.machines.resume(instance.accountId, instance.name).catch((error: unknown) => {
-      if (!(error instanceof KisteError && error.code === 'K05')) throw error;
-    });
+  /** Resumes as the owner would; true once claimed. Busy (someone else's operation: a resume under way, a stop finishing): false, waited for by the caller. */
+  private async tryResume(instance: Instance): Promise<boolean> {
+    try {
+      await this.machines.resume(instance.accountId, instance.name);
+      return true;
+    } catch (error) {
+      if (error instanceof KisteError && error.code === 'K05') return false;
+      throw error;
+    }
   }
 }

@@ -138,6 +138,11 @@ export class SshTunnels {
     return this.slots.count(accountId);
   }
 
+  /** Machines with an SSH tunnel open through this process. */
+  machinesInUse(): string[] {
+    return [...this.open.values()].flatMap((tunnels) => [...tunnels].map((tunnel) => tunnel.instanceId));
+  }
+
   /** Signing out everywhere ends the account's tunnels. */
   closeAccount(accountId: string): void {
     for (const tunnel of [...(this.open.get(accountId) ?? [])]) tunnel.close('signed_out');

@@ -242,6 +242,11 @@ export class Terminals {
     return session;
   }
 
+  /** Machines with a terminal open through this process. */
+  machinesInUse(): string[] {
+    return [...this.sessions.values()].map((session) => session.instanceId);
+  }
+
   /** Signing out everywhere closes the account's terminals. */
   closeAccount(accountId: string): void {
     for (const session of [...this.sessions.values()]) if (session.accountId === accountId) session.end('signed out everywhere');

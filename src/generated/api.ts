@@ -3262,9 +3262,10 @@ export interface components {
         /**
          * Format: int32
          * @description The machine stops itself, with its memory saved, once none of its services has carried a
-         *     request or held a connection for this many minutes (the smallest of its services' settings
-         *     counts; measured to about a minute). Made for `wake_on_request`: the next request resumes
-         *     it. Null: never.
+         *     request or held a connection for this many minutes, and no SSH tunnel, terminal, desktop or
+         *     command was open in it meanwhile (the smallest of its services' settings counts; measured to
+         *     about a minute). Made for `wake_on_request`: the next request resumes it. Null: never, or
+         *     30 minutes where a service of the machine wakes it on a request.
          * @default null
          */
         ServiceIdleStopMinutes: number | null;
@@ -3289,8 +3290,11 @@ export interface components {
         /**
          * @description A request for the service while its machine is stopped resumes the machine (with its saved
          *     memory session where it has one, so in about a second) and is answered once the port answers,
-         *     within 60 seconds (then 503). Started by the owner's account, as `POST …/resume` would be:
-         *     the account's limits apply. Off: such a request gets 409 K03.
+         *     within 60 seconds (then 409 K03). Started by the owner's account, as `POST …/resume` would
+         *     be: the account's limits apply (a stranger is told only that it could not be started). A
+         *     private service wakes only for a request it lets in, never for a CORS preflight. A machine with
+         *     such a service stops itself after 30 idle minutes unless `idle_stop_minutes` says otherwise.
+         *     Off: such a request gets 409 K03.
          * @default false
          */
         ServiceWakeOnRequest: boolean;

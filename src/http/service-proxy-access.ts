@@ -39,6 +39,11 @@ export function isPreflight(req: IncomingMessage): boolean {
   return req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined;
 }
 
+/** A Set-Cookie line for one of kiste's service cookie names. */
+export function isKisteCookie(setCookie: string): boolean {
+  return COOKIE_NAMES.has(setCookie.slice(0, Math.max(0, setCookie.indexOf('='))).trim());
+}
+
 /** The Cookie header less kiste's service cookies (undefined when nothing is left). */
 export function cookieForApp(header: string | undefined): string | undefined {
   if (header === undefined) return undefined;
@@ -62,16 +67,18 @@ export function pathForApp(url: string): string {
 }
 
 /**
- * A browser request that changes things (not GET, HEAD or OPTIONS) or opens a WebSocket, sent from a
- * page of another origin — a sibling service host shares the site, so SameSite does not stop it.
- * Let in by a cookie, it is refused (A15); a client without Origin or Sec-Fetch-Site is no browser.
+ * A request let in by the cookie that came from another site's page: sibling service hosts share a
+ * site, so SameSite does not keep their pages from sending it (a frame, a script tag, a form, a
+ * fetch with credentials, a WebSocket). Refused (A15): any request whose Origin is another one, and
+ * whatever the browser says came from another site unless it is a top-level page load (a link).
+ * Without Origin and Sec-Fetch-Site (plain HTTP, no browser) nothing is known and it passes.
  */
-export function crossOriginWrite(req: IncomingMessage, serviceOrigin: string, upgrade: boolean): boolean {
-  if (!upgrade && ['GET', 'HEAD', 'OPTIONS'].includes(req.method ?? 'GET')) return false;
+export function crossSiteUse(req: IncomingMessage, serviceOrigin: string): boolean {
   const origin = req.headers.origin;
-  if (origin !== undefined) return origin !== serviceOrigin;
+  if (origin !== undefined && origin !== serviceOrigin) return true;
   const site = req.headers['sec-fetch-site'];
-  return site !== undefined && site !== 'same-origin' && site !== 'none';
+  if (site === undefined || site === 'same-origin' || site === 'none') return false;
+  return !(req.headers['sec-fetch-mode'] === 'navigate' && req.headers['sec-fetch-dest'] === 'document' && (req.method === 'GET' || req.method === 'HEAD'));
 }
 
 /** Request headers a preflight of a private service carries to the app: what CORS reads, nothing else. */

@@ -5,7 +5,7 @@
 // origin (path mode) every service shares that origin, so what would reach beyond the service's
 // path there (a service worker scope, clearing the site's data) is not passed.
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import { cookieForApp, kisteBearer, pathForApp } from './service-proxy-access';
+import { cookieForApp, isKisteCookie, kisteBearer, pathForApp } from './service-proxy-access';
 
 /** Headers of one hop only (RFC 9110 7.6.1), never passed on; `upgrade` is passed on an upgrade only. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
@@ -25,9 +25,9 @@ export interface ProxiedService {
  * The request's headers as the app gets them. A body keeps its framing: its length, or chunks
  * (a body whose framing were dropped would let a client write a second request to the app).
  */
-export function requestHeadersForApp(req: IncomingMessage, service: ProxiedService, upgrade: boolean): IncomingHttpHeaders {
+export function requestHeadersForApp(req: IncomingMessage, service: ProxiedService, upgrade: boolean, forwardingOnly = false): IncomingHttpHeaders {
   const headers: IncomingHttpHeaders = {};
-  for (const [name, value] of Object.entries(req.headers)) {
+  for (const [name, value] of forwardingOnly ? [] : Object.entries(req.headers)) {
     if (FORWARDED.has(name) || name === 'host') continue;
     if (HOP_BY_HOP.has(name) && !(upgrade && name === 'upgrade')) continue;
     // kiste's own credentials are never the app's (a private service's, or a key sent by mistake).
@@ -35,6 +35,11 @@ export function requestHeadersForApp(req: IncomingMessage, service: ProxiedServi
     if (name === 'cookie') {
       const kept = cookieForApp(value as string);
       if (kept !== undefined) headers.cookie = kept;
+      continue;
+    }
+    // A page opened with a kiste_token names it in the Referer of what it loads next.
+    if (name === 'referer' && typeof value === 'string') {
+      headers.referer = refererForApp(value);
       continue;
     }
     headers[name] = value;
@@ -48,6 +53,16 @@ export function requestHeadersForApp(req: IncomingMessage, service: ProxiedServi
   if (service.pathPrefix) headers['x-forwarded-prefix'] = service.pathPrefix;
   headers.connection = upgrade ? 'Upgrade' : 'close';
   return headers;
+}
+
+/** A Referer less the `kiste_token` parameter (one that is not a URL is dropped). */
+function refererForApp(referer: string): string {
+  try {
+    const url = new URL(referer);
+    return `${url.origin}${pathForApp(`${url.pathname}${url.search}`)}`;
+  } catch {
+    return '';
+  }
 }
 
 /** A request head written as it goes to the app (an upgrade: its headers from requestHeadersForApp, which Node's parser has checked). */
@@ -65,6 +80,8 @@ export function answerHeadersForClient(rawHeaders: readonly string[], service: P
     const lower = name.toLowerCase();
     let value = rawHeaders[i + 1]!;
     if (HOP_BY_HOP.has(lower) || (service.pathPrefix && ORIGIN_WIDE.has(lower))) continue;
+    // An app may set any cookie of its own, but not one of kiste's names (planted for its siblings' visitors).
+    if (lower === 'set-cookie' && isKisteCookie(value)) continue;
     if (lower === 'location') value = publicLocation(value, service);
     headers.push(name, value);
   }

@@ -35,14 +35,14 @@ export class ServiceProxyLimits {
   }
 
   /** A connection to the service for the client, counted against the service's budget; null when a bound is reached. */
-  connect(serviceId: string, client: string): ConnectionSlot | null {
+  connect(serviceId: string, client: string, { use = true } = {}): ConnectionSlot | null {
     const service = `service:${serviceId}`;
     const pair = `pair:${serviceId}:${client}`;
     if ((this.open.get(service) ?? 0) >= this.limits.connectionsPerService || (this.open.get(pair) ?? 0) >= this.limits.connectionsPerClient) return null;
     if (!this.take(service, this.limits.requestsPerService)) return null;
     this.add(service, 1);
     this.add(pair, 1);
-    this.count(serviceId, 'in', 0); // used now, even if it carries no byte before the next flush
+    if (use) this.count(serviceId, 'in', 0); // used now, even if it carries no byte before the next flush
     let released = false;
     return {
       release: () => {

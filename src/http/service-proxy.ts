@@ -3,21 +3,22 @@
 // machine's port through its guest agent (never a route from the host's network into a guest):
 // bodies stream both ways, upgrades (WebSocket) are carried as bytes with no idle cutoff, the app
 // sees `Host: localhost:<port>` and the public address in X-Forwarded-*, and nothing is added to its
-// answers but a Location of its own host turned into the public one.
-import { request as httpRequest, STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+// answers but a Location of its own host turned into the public one. Who is let in is
+// ServiceAdmission's; connections held open are looked at again every minute (OpenConnections).
+import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import type { HostedServices } from '../domain/hosted-services';
-import { inServiceSpace, serviceKeyOf } from '../domain/service-addresses';
 import { cameFromUnreachableHost } from '../compute/machine-host';
-import { errorEnvelope, KisteError, retryAfterOf } from '../errors';
-import { ERRORS } from '../generated/errors';
-import { servicePage } from './error-doc-page';
-import { requestIdOf } from './request-id';
-import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
-import { AUTH_PATH, crossOriginWrite, isPreflight, preflightAnswerHeaders, preflightHeaders, presentedCredentials, queryOf, serviceCookie } from './service-proxy-access';
-import { SERVICE_COOKIE_SECONDS, type ServiceAccessGate } from '../domain/service-access';
+import type { HostedServices } from '../domain/hosted-services';
+import type { ServiceAccessGate } from '../domain/service-access';
+import { inServiceSpace, serviceKeyOf } from '../domain/service-addresses';
 import type { ServiceWake } from '../domain/service-wake';
+import { KisteError } from '../errors';
+import { preflightAnswerHeaders, preflightHeaders } from './service-proxy-access';
+import { ServiceAdmission, type Answer, type Resolved } from './service-proxy-admission';
+import { answerError, rawError, readAnswerHead } from './service-proxy-answers';
+import { OpenConnections, type Recheck } from './service-proxy-connections';
+import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
 import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
 
 /** A TCP stream to a machine's port (through its guest agent, wherever it runs). */
@@ -29,10 +30,6 @@ export interface ServiceProxyLogger {
   warn(object: object, message: string): void;
 }
 
-const FLUSH_BYTES_MS = 60_000;
-/** How long a woken machine's port is tried again until it answers (a machine booted afresh starts its app itself). */
-const WOKEN_PORT_MS = 30_000;
-
 export interface ServiceProxyParts {
   services: HostedServices;
   access: ServiceAccessGate;
@@ -43,50 +40,52 @@ export interface ServiceProxyParts {
   baseUrl: string;
   /** Where a browser is sent to be let into a private service. */
   consoleUrl: string;
+  /** Machines this replica has in use otherwise (SSH tunnels, terminals, desktops): kept from an idle stop. */
+  machinesInUse?: () => Iterable<string>;
 }
 
-type Resolved = NonNullable<Awaited<ReturnType<HostedServices['resolve']>>>;
+/** Every minute: bytes counted, services in use marked, open connections looked at again. */
+const FLUSH_MS = 60_000;
+/** How long a woken machine's port is tried again until it answers (a machine booted afresh starts its app itself). */
+const WOKEN_PORT_MS = 30_000;
+
 /** `preflight`: a private service's CORS preflight without credentials, carried as one (no query, no body, CORS headers only back). */
-type Target = { resolved: Resolved; path: string; slot: ConnectionSlot; woken: boolean; preflight: boolean };
-/** How a request the proxy does not carry is answered: an error, or (a page load) a redirect. */
-interface Answer {
-  refuse(error: KisteError): void;
-  redirect?(location: string, cookie?: string): void;
+interface Target {
+  resolved: Resolved;
+  path: string;
+  slot: ConnectionSlot;
+  woken: boolean;
+  preflight: boolean;
+  recheck: Recheck;
 }
 
 export class ServiceProxy {
   private readonly limits = new ServiceProxyLimits();
+  private readonly connections = new OpenConnections();
   private readonly flushTimer: NodeJS.Timeout;
+  private readonly admission: ServiceAdmission;
 
-  private readonly services: HostedServices;
-  private readonly access: ServiceAccessGate;
-  private readonly wake: ServiceWake;
-  private readonly reach: ServiceReach;
-  private readonly logger: ServiceProxyLogger;
-  private readonly baseUrl: string;
-  private readonly consoleUrl: string;
-
-  constructor(parts: ServiceProxyParts) {
-    ({ services: this.services, access: this.access, wake: this.wake, reach: this.reach, logger: this.logger, baseUrl: this.baseUrl, consoleUrl: this.consoleUrl } = parts);
-    this.flushTimer = setInterval(() => void this.flush(), FLUSH_BYTES_MS).unref();
+  constructor(private readonly parts: ServiceProxyParts) {
+    this.admission = new ServiceAdmission(parts.services, parts.access, parts.consoleUrl);
+    this.flushTimer = setInterval(() => void this.flush(), FLUSH_MS).unref();
   }
 
   /** Whether the request is the proxy's (its host is in the services' space). */
   claims(req: IncomingMessage): boolean {
-    const addresses = this.services.publishedIn;
+    const addresses = this.parts.services.publishedIn;
     return addresses !== null && inServiceSpace(addresses, req.headers.host);
   }
 
   async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const refuse = (error: KisteError) => answerError(req, res, error, this.parts.baseUrl);
     const target = await this.target(req, false, {
-      refuse: (error) => this.answerError(req, res, error),
+      refuse,
       redirect: (location, cookie) => {
         res.writeHead(302, { location, 'cache-control': 'no-store', 'content-length': 0, ...(cookie ? { 'set-cookie': cookie } : {}) });
         res.end();
       },
     });
     if (!target) return;
-    if (target.preflight) return this.preflight(req, res, target);
     const { resolved, path, slot } = target;
     const url = req.url ?? '/';
     if (resolved.pathPrefix && (url === resolved.pathPrefix || url.startsWith(`${resolved.pathPrefix}?`))) {
@@ -95,38 +94,66 @@ export class ServiceProxy {
       res.writeHead(308, { location: `${resolved.pathPrefix}/${url.slice(resolved.pathPrefix.length)}`, 'content-length': 0 });
       return void res.end();
     }
-    const guest = await this.openGuest(target, (error) => this.answerError(req, res, error));
+    const guest = await this.openGuest(target, refuse);
     if (!guest) return;
+    // The client may have left while the machine was looked up, woken or reached: its 'close' is past.
+    if (req.socket.destroyed) {
+      guest.destroy();
+      return slot.release();
+    }
     const id = resolved.service.id;
     const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
-    const upstream = httpRequest({ method: req.method, path, headers: requestHeadersForApp(req, service, false), createConnection: () => guest as Socket });
+    const upstream = target.preflight
+      ? httpRequest({ method: 'OPTIONS', path: path.split('?')[0], headers: { ...preflightHeaders(req), ...requestHeadersForApp(req, service, false, true) }, createConnection: () => guest as Socket })
+      : httpRequest({ method: req.method, path, headers: requestHeadersForApp(req, service, false), createConnection: () => guest as Socket });
+    let ended = false;
+    let answered = false;
+    const forget = this.connections.add(target.recheck, () => res.destroy());
     const end = () => {
+      if (ended) return;
+      ended = true;
+      forget();
       upstream.destroy();
       guest.destroy();
       slot.release();
     };
     res.once('close', end);
     upstream.on('response', (answer) => {
+      answered = true;
       // The app's answer is not trusted to be one Node may send on: a status it cannot write or a
       // header it refuses ends this request with S13, never the process.
       try {
         const status = answer.statusCode ?? 0;
         if (status < 200 || status > 599) throw new Error(`status ${status}`);
+        if (target.preflight) {
+          answer.resume(); // a private service's preflight: CORS's headers, no body
+          res.writeHead(status, [...preflightAnswerHeaders(answer.rawHeaders), 'Content-Length', '0']);
+          res.end();
+          return end();
+        }
         res.writeHead(status, answerHeadersForClient(answer.rawHeaders, service));
         res.flushHeaders(); // a stream's first bytes (server-sent events) go out at once
       } catch {
         answer.destroy();
-        this.answerError(req, res, new KisteError('S13', { message: `The app on port ${service.port} answered with what is not an HTTP answer kiste can pass on` }));
+        refuse(new KisteError('S13', { message: `The app on port ${service.port} answered with what is not an HTTP answer kiste can pass on` }));
         return end();
       }
       answer.on('data', (chunk: Buffer) => this.limits.count(id, 'out', chunk.length));
       pipeline(answer, res, () => end());
     });
-    upstream.on('error', () => {
-      if (!res.headersSent) this.answerError(req, res, new KisteError('S13', { message: `The app on port ${service.port} closed the connection without an answer` }));
+    const noAnswer = () => {
+      if (answered) return;
+      answered = true;
+      if (!res.headersSent) refuse(new KisteError('S13', { message: `The app on port ${service.port} closed the connection without an answer` }));
       else res.destroy();
       end();
-    });
+    };
+    upstream.on('error', noAnswer);
+    upstream.on('close', noAnswer); // no answer and no error (an app that answered 101 to a plain request)
+    if (target.preflight) {
+      req.resume(); // a preflight's body, if any, is not the app's
+      return void upstream.end();
+    }
     req.on('data', (chunk: Buffer) => this.limits.count(id, 'in', chunk.length));
     pipeline(req, upstream, () => undefined);
   }
@@ -148,9 +175,11 @@ export class ServiceProxy {
     if (!guest) return;
     const id = resolved.service.id;
     let ended = false;
+    const forget = this.connections.add(target.recheck, () => socket.destroy());
     const end = () => {
       if (ended) return;
       ended = true;
+      forget();
       socket.destroy();
       guest.destroy();
       slot.release();
@@ -182,6 +211,11 @@ export class ServiceProxy {
     pipeline(guest, socket, end);
   }
 
+  /** Connections held open now (tests, metrics). */
+  get openConnections(): number {
+    return this.connections.size;
+  }
+
   /** Counts flushed, the timers stopped (shutdown). */
   async close(): Promise<void> {
     clearInterval(this.flushTimer);
@@ -189,138 +223,78 @@ export class ServiceProxy {
     await this.flush();
   }
 
+  /** The minute's work, now (the timer's; tests call it to not wait a minute). */
+  async flush(): Promise<void> {
+    await this.connections.recheckAll().catch(() => 0);
+    const counts = this.limits.takeCounts();
+    try {
+      if (counts.size > 0) await this.parts.services.countBytes(counts);
+      const inUse = [...(this.parts.machinesInUse?.() ?? [])];
+      if (inUse.length > 0) await this.parts.services.markMachinesInUse(inUse);
+    } catch (error) {
+      this.limits.putBack(counts); // counted at the next flush
+      this.parts.logger.warn({ err: (error as Error).message }, 'bytes carried for hosted services could not be counted yet');
+    }
+  }
+
   /**
-   * The service a request is for and the path the app is asked for, with a connection slot taken
-   * (released when the request ends); or the refusal answered through `refuse` and null.
+   * The service a request is for, let in, with a connection slot taken (released when the request
+   * ends) and its machine running (woken when it may be); or the refusal answered and null.
    */
   private async target(req: IncomingMessage, upgrade: boolean, answer: Answer): Promise<Target | null> {
-    const refuse = answer.refuse;
+    const { refuse } = answer;
     const client = req.socket.remoteAddress ?? '';
     if (!this.limits.clientRequest(client)) {
       refuse(new KisteError('L01', { message: 'Too many requests to hosted services from this address', retryAfterSeconds: 30 }));
       return null;
     }
-    const addresses = this.services.publishedIn!;
+    const { services, wake } = this.parts;
     const url = req.url ?? '/';
-    const key = serviceKeyOf(addresses, req.headers.host, url);
-    const resolved = key ? await this.services.resolve(key).catch(() => null) : null;
-    if (!resolved) {
+    const key = serviceKeyOf(services.publishedIn!, req.headers.host, url);
+    const resolved = key ? await services.resolve(key).catch(() => null) : null;
+    if (!key || !resolved) {
       refuse(new KisteError('S10', { message: 'No service is published at this address' }));
       return null;
     }
     const path = appPath(url, resolved.pathPrefix);
-    let preflight = false;
-    if (resolved.service.access !== 'public') {
-      const admission = await this.letIn(req, resolved, path, upgrade, answer);
-      if (admission === null) return null;
-      preflight = admission === 'preflight';
-    }
-    const slot = this.limits.connect(resolved.service.id, client);
+    const admitted = await this.admission.admit(req, key, resolved, path, upgrade, answer);
+    if (!admitted) return null;
+    const preflight = admitted.kind === 'preflight';
+    // A preflight is no use of the service: it neither keeps its machine from an idle stop nor wakes it.
+    const slot = this.limits.connect(resolved.service.id, client, { use: !preflight });
     if (!slot) {
       refuse(new KisteError('L01', { message: 'This service takes no more requests right now', retryAfterSeconds: 5 }));
       return null;
     }
     let woken = false;
-    if (resolved.instance.status !== 'running' || resolved.instance.operation) {
-      if (!resolved.service.wakeOnRequest) {
+    if (resolved.instance.status !== 'running') {
+      if (!resolved.service.wakeOnRequest || preflight) {
         slot.release();
-        await this.services.noteStatus(resolved.service, resolved.instance, 'stopped').catch(() => undefined);
-        refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: 'Its owner can resume it, or turn on wake_on_request.' }));
+        await services.noteStatus(resolved.service, resolved.instance, 'stopped').catch(() => undefined);
+        refuse(new KisteError('K03', { message: 'The machine that serves this address is not running', hint: preflight ? 'It wakes on a request, not on a preflight.' : 'Its owner can resume it, or turn on wake_on_request.' }));
         return null;
       }
       try {
-        resolved.instance = await this.wake.wake(resolved.instance);
+        resolved.instance = await wake.wake(resolved.instance);
         woken = true;
       } catch (error) {
         slot.release();
-        refuse(error instanceof KisteError ? error : new KisteError('K03', { message: 'The machine that serves this address could not be started' }));
+        // The owner's limits and the host's state are not a stranger's to read: one answer for all.
+        refuse(error instanceof KisteError && error.code === 'K03' ? error : new KisteError('K03', { message: 'The machine that serves this address could not be started' }));
         return null;
       }
     }
-    return { resolved, path, slot, woken, preflight };
-  }
-
-  /**
-   * A private service: whether the request brought what lets it in (`in`), or is a CORS preflight,
-   * which carries no credentials by the standard (`preflight`: it reaches the app as nothing but a
-   * preflight). Otherwise it is answered and null: a browser's code traded for the cookie at
-   * AUTH_PATH, a page load sent to the console (where browsers can be let in), anything else 401;
-   * another account's key 404, as if there were no service; a cookie's cross-origin write 403.
-   */
-  private async letIn(req: IncomingMessage, resolved: Resolved, path: string, upgrade: boolean, answer: Answer): Promise<'in' | 'preflight' | null> {
-    const addresses = this.services.publishedIn!;
-    const { service } = resolved;
-    const pathname = path.split('?')[0];
-    if (!upgrade && pathname === AUTH_PATH && answer.redirect && req.method === 'GET' && this.access.browsersLetIn) {
-      const traded = await this.access.trade(service, queryOf(path).get('code') ?? '').catch(() => null);
-      if (!traded) {
-        answer.refuse(new KisteError('A01', { message: 'This sign-in link for the service has expired or was used', hint: 'Open the service\'s address again.' }));
-        return null;
-      }
-      answer.redirect(`${resolved.pathPrefix}${traded.returnTo}`, serviceCookie(addresses, resolved.pathPrefix, traded.cookie, SERVICE_COOKIE_SECONDS));
-      return null;
-    }
-    const admission = await this.access.admit(service, presentedCredentials(req, addresses)).catch(() => 'none' as const);
-    if (admission === 'cookie' && crossOriginWrite(req, new URL(resolved.publicUrl).origin, upgrade)) {
-      answer.refuse(new KisteError('A15', { message: 'A page of another origin cannot act on this private service with its visitor\'s sign-in' }));
-      return null;
-    }
-    if (admission === 'cookie' || admission === 'token' || admission === 'key') return 'in';
-    if (admission === 'foreign') {
-      answer.refuse(new KisteError('S10', { message: 'No service is published at this address' }));
-      return null;
-    }
-    if (!upgrade && isPreflight(req)) return 'preflight';
-    if (answer.redirect && (req.method === 'GET' || req.method === 'HEAD') && isNavigation(req)) {
-      if (!this.access.browsersLetIn) {
-        answer.refuse(new KisteError('S14'));
-        return null;
-      }
-      const query = new URLSearchParams({ service: service.id, return: path, state: this.access.stateFor(service.id, path) });
-      answer.redirect(`${this.consoleUrl.replace(/\/$/, '')}/console/services/authorize?${query}`);
-      return null;
-    }
-    answer.refuse(new KisteError('A01', { message: 'This service is private to its account', hint: 'Sign in to kiste in this browser and open its address, or send an API key of its account (Authorization: Bearer).' }));
-    return null;
-  }
-
-  /** A private service's preflight without credentials: the app is asked `OPTIONS <path>` with CORS's headers only, and only CORS's answer headers come back, no body. */
-  private async preflight(req: IncomingMessage, res: ServerResponse, target: Target): Promise<void> {
-    const guest = await this.openGuest(target, (error) => this.answerError(req, res, error));
-    if (!guest) return;
-    const { resolved, slot } = target;
-    const publicUrl = new URL(resolved.publicUrl);
-    const headers = { ...preflightHeaders(req), host: `localhost:${resolved.service.port}`, 'x-forwarded-host': publicUrl.host, 'x-forwarded-proto': publicUrl.protocol.slice(0, -1), connection: 'close' };
-    const upstream = httpRequest({ method: 'OPTIONS', path: target.path.split('?')[0], headers, createConnection: () => guest as Socket });
-    const end = () => {
-      upstream.destroy();
-      guest.destroy();
-      slot.release();
-    };
-    res.once('close', end);
-    upstream.on('response', (answer) => {
-      answer.resume();
-      const status = answer.statusCode ?? 0;
-      if (res.headersSent) return;
-      if (status < 200 || status > 599) return this.answerError(req, res, new KisteError('S13', { message: `The app on port ${resolved.service.port} answered with what is not an HTTP answer kiste can pass on` }));
-      res.writeHead(status, [...preflightAnswerHeaders(answer.rawHeaders), 'Content-Length', '0']);
-      res.end();
-    });
-    upstream.on('error', () => {
-      if (!res.headersSent) this.answerError(req, res, new KisteError('S13', { message: `The app on port ${resolved.service.port} closed the connection without an answer` }));
-      end();
-    });
-    req.resume(); // a preflight's body, if any, is not the app's
-    upstream.end();
+    return { resolved, path, slot, woken, preflight, recheck: admitted.kind === 'in' ? admitted.recheck : async () => true };
   }
 
   /** A stream to the service's port; when none can be had, the slot is given back, the reason answered through `refuse`, and null. */
   private async openGuest({ resolved, slot, woken }: Target, refuse: (error: KisteError) => void): Promise<Duplex | null> {
+    const { services, reach } = this.parts;
     const deadline = Date.now() + (woken ? WOKEN_PORT_MS : 0);
     for (;;) {
       try {
-        const guest = await this.reach.openPort(resolved.instance.id, resolved.service.port);
-        void this.services.noteStatus(resolved.service, resolved.instance, 'active').catch(() => undefined);
+        const guest = await reach.openPort(resolved.instance.id, resolved.service.port);
+        void services.noteStatus(resolved.service, resolved.instance, 'active').catch(() => undefined);
         return guest;
       } catch (error) {
         if (!cameFromUnreachableHost(error) && Date.now() < deadline) {
@@ -330,82 +304,11 @@ export class ServiceProxy {
         slot.release();
         if (cameFromUnreachableHost(error)) refuse(new KisteError('N01'));
         else {
-          void this.services.noteStatus(resolved.service, resolved.instance, 'unreachable').catch(() => undefined);
+          void services.noteStatus(resolved.service, resolved.instance, 'unreachable').catch(() => undefined);
           refuse(new KisteError('S13', { message: `Nothing answers on port ${resolved.service.port} in the machine` }));
         }
         return null;
       }
     }
   }
-
-  private async flush(): Promise<void> {
-    const counts = this.limits.takeCounts();
-    if (counts.size === 0) return;
-    try {
-      await this.services.countBytes(counts);
-    } catch (error) {
-      this.limits.putBack(counts); // counted at the next flush
-      this.logger.warn({ err: (error as Error).message }, 'bytes carried for hosted services could not be counted yet');
-    }
-  }
-
-  private answerError(req: IncomingMessage, res: ServerResponse, error: KisteError): void {
-    if (res.headersSent) return void res.destroy();
-    const definition = ERRORS[error.code];
-    const retryAfter = retryAfterOf(error);
-    const headers: Record<string, string> = { 'cache-control': 'no-store', 'x-request-id': requestIdOf(req) };
-    if (retryAfter !== null) headers['retry-after'] = String(retryAfter);
-    if (isNavigation(req)) {
-      const body = servicePage(STATUS_CODES[definition.status] ?? 'Error', error.message, error.details.hint ?? definition.hint);
-      res.writeHead(definition.status, { ...headers, 'content-type': 'text/html; charset=utf-8', 'content-length': Buffer.byteLength(body) });
-      return void res.end(body);
-    }
-    const body = JSON.stringify(errorEnvelope(error, headers['x-request-id']!, this.baseUrl));
-    res.writeHead(definition.status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-    res.end(body);
-  }
-}
-
-/** Largest answer head an app may send to an upgrade. */
-const MAX_ANSWER_HEAD_BYTES = 32 * 1024;
-const ANSWER_HEAD_MS = 10_000;
-
-/** The app's answer head to an upgrade (its status and its bytes, the head and whatever came with it), bounded in size and time. */
-function readAnswerHead(guest: Duplex): Promise<{ status: number; bytes: Buffer }> {
-  return new Promise((resolve, reject) => {
-    let bytes = Buffer.alloc(0);
-    const timer = setTimeout(() => finish(new Error('no answer in time')), ANSWER_HEAD_MS);
-    const finish = (error: Error | null, status = 0) => {
-      clearTimeout(timer);
-      guest.off('data', onData);
-      guest.off('end', onEnd);
-      guest.pause();
-      if (error) reject(error);
-      else resolve({ status, bytes });
-    };
-    const onData = (chunk: Buffer) => {
-      bytes = Buffer.concat([bytes, chunk]);
-      const end = bytes.indexOf('\r\n\r\n');
-      if (end < 0) return bytes.length > MAX_ANSWER_HEAD_BYTES ? finish(new Error('answer head too large')) : undefined;
-      const status = /^HTTP\/1\.[01] (\d{3})[ \r]/.exec(bytes.subarray(0, Math.min(end + 2, 64)).toString('latin1'));
-      finish(status ? null : new Error('not an HTTP answer'), Number(status?.[1] ?? 0));
-    };
-    const onEnd = () => finish(new Error('closed before answering'));
-    guest.on('data', onData);
-    guest.once('end', onEnd);
-  });
-}
-
-/** A page for a person (a navigation), JSON for a script. */
-function isNavigation(req: IncomingMessage): boolean {
-  const mode = req.headers['sec-fetch-mode'];
-  if (mode) return mode === 'navigate';
-  return /\btext\/html\b/.test(req.headers.accept ?? '');
-}
-
-/** A refusal on a socket that asked to upgrade: a plain answer, and the connection closed. */
-function rawError(socket: Duplex, error: KisteError): void {
-  const definition = ERRORS[error.code];
-  const body = `${error.message}\n`;
-  socket.end(`HTTP/1.1 ${definition.status} ${STATUS_CODES[definition.status] ?? 'Error'}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }

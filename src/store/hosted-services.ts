@@ -68,9 +68,22 @@ export class HostedServiceStore {
     return count === 1;
   }
 
-  /** Running machines with a service that stops them when idle: their services' idle settings and last use. */
+  /** The services of these machines count as in use at `now` (sessions of other kinds are open to them). */
+  async markMachinesInUse(instanceIds: string[], now: Date): Promise<void> {
+    await this.db.hostedService.updateMany({ where: { instanceId: { in: instanceIds } }, data: { lastRequestAt: now } });
+  }
+
+  /** Running machines with a service that stops them when idle (its own idle time, or it wakes them): their services' settings and last use. */
   idleCandidates(): Promise<(HostedService & { instance: Instance })[]> {
-    return this.db.hostedService.findMany({ where: { instance: { status: 'running', operation: null }, idleStopMinutes: { not: null } }, include: { instance: true } });
+    return this.db.hostedService.findMany({
+      where: { instance: { status: 'running', operation: null }, OR: [{ idleStopMinutes: { not: null } }, { wakeOnRequest: true }] },
+      include: { instance: true },
+    });
+  }
+
+  /** Whether a command runs in the machine now (an exec is use, whoever started it). */
+  async commandRunning(instanceId: string): Promise<boolean> {
+    return (await this.db.command.count({ where: { instanceId, status: 'running' } })) > 0;
   }
 
   /** Every service of the machine (any account check done by the caller: the machine is the account's). */

@@ -38,7 +38,13 @@ export class ServiceCredentialStore {
 
   /** A live credential of the kind for the service, by its hash; null otherwise. */
   find(serviceId: string, kind: ServiceCredentialKind, tokenHash: string, now: Date): Promise<ServiceCredential | null> {
-    return this.db.serviceCredential.findFirst({ where: { tokenHash, serviceId, kind, expiresAt: { gt: now } } });
+    return this.findAny(serviceId, kind, [tokenHash], now);
+  }
+
+  /** A live credential of the kind for the service among several hashes (one query); null when none is. */
+  findAny(serviceId: string, kind: ServiceCredentialKind, tokenHashes: string[], now: Date): Promise<ServiceCredential | null> {
+    if (tokenHashes.length === 0) return Promise.resolve(null);
+    return this.db.serviceCredential.findFirst({ where: { tokenHash: { in: tokenHashes }, serviceId, kind, expiresAt: { gt: now } } });
   }
 
   /** Takes a code once: true for the one caller that removed it. */
@@ -54,8 +60,8 @@ export class ServiceCredentialStore {
   }
 
   /** Ends what one console sign-in let in (it signed out, or was ended). */
-  async endForSession(sessionId: string): Promise<number> {
-    const { count } = await this.db.serviceCredential.deleteMany({ where: { sessionId } });
+  async endForSession(accountId: string, sessionId: string): Promise<number> {
+    const { count } = await this.db.serviceCredential.deleteMany({ where: { accountId, sessionId } });
     return count;
   }
 

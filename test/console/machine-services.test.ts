@@ -114,6 +114,22 @@ describe('console: a machine\'s services', () => {
     await expect(page.evaluate('window.__notReloaded')).resolves.toBe(true);
   }, UI_MS);
 
+  test('access changes from the row: private at once after a confirmation, public only after a warning', async () => {
+    const app = row('app');
+    expect((await services('web-box')).find((one) => one.name === 'app')?.access).toBe('public');
+    await app.getByRole('button', { name: 'Make private' }).click();
+    await page.getByRole('dialog', { name: 'Make “app” private?' }).getByRole('button', { name: 'Make private' }).click();
+    await app.getByText('private', { exact: true }).waitFor();
+    expect((await services('web-box')).find((one) => one.name === 'app')?.access).toBe('account');
+    await app.getByRole('button', { name: 'Make public' }).click();
+    const warning = page.getByRole('dialog', { name: 'Make “app” public?' });
+    await warning.getByText('Anyone with its URL can then use the app').waitFor();
+    await screenshot(page, 'machine-services-make-public');
+    await warning.getByRole('button', { name: 'Make public' }).click();
+    await app.getByText('public', { exact: true }).waitFor();
+    expect((await services('web-box')).find((one) => one.name === 'app')?.access).toBe('public');
+  }, UI_MS);
+
   test('delete asks first; then the row and the URL are gone', async () => {
     const app = row('app');
     await app.getByRole('button', { name: 'Delete' }).click();

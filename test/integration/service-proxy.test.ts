@@ -42,6 +42,11 @@ function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessa
       res.writeHead(302, { location: `http://${req.headers.host}//[` });
       return void res.end();
     }
+    if (url.pathname === '/plant') {
+      // An app that sets kiste's cookie name (for its siblings' visitors) beside one of its own.
+      res.writeHead(200, [['set-cookie', 'kiste_svc=planted; Domain=localhost; Path=/'], ['set-cookie', 'mine=1']].flat() as unknown as Record<string, string>);
+      return void res.end('ok');
+    }
     if (url.pathname === '/origin-wide') {
       res.writeHead(200, { 'service-worker-allowed': '/', 'clear-site-data': '"cookies"', 'content-length': 2 });
       return void res.end('ok');
@@ -89,11 +94,14 @@ describe('the services proxy', () => {
   let front: Server;
   let frontPort: number;
   let reachable = true;
+  let reachDelayMs = 0;
   const reach: ServiceReach = {
     openPort: (_id, port) => new Promise((resolve, reject) => {
       if (!reachable) return reject(new Error('connect ECONNREFUSED'));
-      const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
-      socket.once('error', reject);
+      setTimeout(() => {
+        const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
+        socket.once('error', reject);
+      }, reachDelayMs);
       void port;
     }),
   };
@@ -349,6 +357,81 @@ describe('the services proxy', () => {
     await t.api.post('/v1/sessions/revoke-all').set(bearer(key)).expect(200);
     expect((await seenBy({ cookie })).status).toBe(401);
     expect((await seenBy({}, `/page?kiste_token=${issued.body.token}`)).status).toBe(401);
+  });
+
+  it('keeps a private service\'s cookie to its own pages and links: a frame or a fetch from another site\'s page is refused, a link is followed; an app cannot set kiste\'s cookie; a kiste_token leaves no trace in the Referer', async () => {
+    await insertInstance(t, account, 'framed', 'running');
+    const created = await t.api.post('/v1/instances/framed/services').set(bearer(key)).send({ name: 'vault', port: 5184 }).expect(200);
+    const host = new URL(created.body.public_url).host;
+    const browser = await browserFor(t, account);
+    const code = new URL((await t.api.post(`/v1/services/${created.body.id}/access`).set('cookie', browser.cookie).set('x-csrf-token', browser.csrf).send({ return: '/' }).expect(200)).body.redirect_to);
+    const cookie = (await get(host, `${code.pathname}${code.search}`)).headers['set-cookie']![0]!.split(';')[0]!;
+    const sibling = { 'sec-fetch-site': 'same-site' };
+    expect((await get(host, '/', { cookie, ...sibling, 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'iframe' })).status).toBe(403);
+    expect((await get(host, '/', { cookie, ...sibling, 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty', origin: 'http://evil-aaaaaaaaaa.localhost' })).status).toBe(403);
+    expect((await get(host, '/', { cookie, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'navigate', 'sec-fetch-dest': 'document' })).status).toBe(200);
+    expect((await get(host, '/', { cookie, 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' })).status).toBe(200);
+    const planted = await get(host, '/plant', { cookie });
+    expect(planted.headers['set-cookie']).toEqual(['mine=1']);
+    const { token } = (await t.api.post('/v1/instances/framed/services/vault/tokens').set(bearer(key)).expect(200)).body as { token: string };
+    const referred = await get(host, `/page?kiste_token=${token}`, { referer: `http://${host}/start?kiste_token=${token}&x=1` });
+    expect((JSON.parse(referred.body.toString()) as { headers: Record<string, string> }).headers.referer).toBe(`http://${host}/start?x=1`);
+  });
+
+  it('gives back a connection slot when the client leaves before the app is reached, preflights included', async () => {
+    const { host } = await publish('framed', { name: 'leaky', port: 5185, access: 'public' });
+    await insertInstance(t, account, 'closet', 'running');
+    const vault = await t.api.post('/v1/instances/closet/services').set(bearer(key)).send({ name: 'vault', port: 5186 }).expect(200);
+    const vaultHost = new URL(vault.body.public_url).host;
+    reachDelayMs = 150;
+    try {
+      // Past the 16 a client may hold at once, had the slots stayed taken.
+      for (let i = 0; i < 20; i++) {
+        for (const [target, method, headers] of [[host, 'GET', {}], [vaultHost, 'OPTIONS', { origin: 'http://x.example', 'access-control-request-method': 'PUT' }]] as const) {
+          const req = request({ host: '127.0.0.1', port: frontPort, path: '/', method, headers: { host: target, ...headers } });
+          req.on('error', () => undefined);
+          req.end();
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          req.destroy();
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, 600));
+    } finally {
+      reachDelayMs = 0;
+    }
+    expect((await get(host, '/')).status).toBe(200);
+    expect((await get(vaultHost, '/', { origin: 'http://x.example', 'access-control-request-method': 'PUT' }, 'OPTIONS')).status).toBe(200);
+  });
+
+  it('closes connections held open once what let them in no longer does: a token\'s sign-out, a public service made private', async () => {
+    await insertInstance(t, account, 'held', 'running');
+    await t.api.post('/v1/instances/held/services').set(bearer(key)).send({ name: 'open', port: 5187, access: 'public' }).expect(200);
+    await t.api.post('/v1/instances/held/services').set(bearer(key)).send({ name: 'vault', port: 5188 }).expect(200);
+    const hostOf = async (name: string) => new URL((await t.api.get(`/v1/instances/held/services/${name}`).set(bearer(key)).expect(200)).body.public_url).host;
+    const { token } = (await t.api.post('/v1/instances/held/services/vault/tokens').set(bearer(key)).expect(200)).body as { token: string };
+    const connect = async (host: string, query = '') => {
+      const ws = new WebSocket(`ws://127.0.0.1:${frontPort}/socket${query}`, { headers: { host } });
+      await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+      return ws;
+    };
+    const byToken = await connect(await hostOf('vault'), `?kiste_token=${token}`);
+    const anonymous = await connect(await hostOf('open'));
+    const closed = (ws: WebSocket) => new Promise<void>((resolve) => (ws.readyState === ws.CLOSED ? resolve() : ws.once('close', () => resolve())));
+    await proxy.flush();
+    expect([byToken.readyState, anonymous.readyState]).toEqual([WebSocket.OPEN, WebSocket.OPEN]);
+    await t.api.patch('/v1/instances/held/services/open').set(bearer(key)).send({ access: 'account' }).expect(200);
+    await t.api.post('/v1/sessions/revoke-all').set(bearer(key)).expect(200);
+    await proxy.flush();
+    await Promise.all([closed(byToken), closed(anonymous)]);
+  });
+
+  it('wakes nothing for a preflight: a stopped machine\'s private service answers it K03 and stays stopped', async () => {
+    await insertInstance(t, account, 'asleep', 'stopped', { desiredState: 'stopped' });
+    const created = await t.api.post('/v1/instances/asleep/services').set(bearer(key)).send({ name: 'vault', port: 5189, wake_on_request: true }).expect(200);
+    expect(created.body).toMatchObject({ wake_on_request: true, idle_stop_minutes: null });
+    const answer = await get(new URL(created.body.public_url).host, '/', { origin: 'http://x.example', 'access-control-request-method': 'PUT' }, 'OPTIONS');
+    expect({ status: answer.status, code: JSON.parse(answer.body.toString()).error.code }).toEqual({ status: 409, code: 'K03' });
+    expect((await t.api.get('/v1/instances/asleep').set(bearer(key)).expect(200)).body.status).toBe('stopped');
   });
 
   it('starts a private service afresh when its access changes: what let clients in before does not', async () => {

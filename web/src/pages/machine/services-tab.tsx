@@ -61,7 +61,13 @@ export function ServicesTab({ instance }: { instance: Instance }) {
         {(items) => (
           <Table label="Services" columns={['Name', 'Port', 'Access', 'Status', 'URL']} actions>
             {items.map((service) => (
-              <ServiceRow key={service.id} machine={name} service={service} onDeleted={() => services.update((rows) => rows.filter((row) => row.id !== service.id))} />
+              <ServiceRow
+                key={service.id}
+                machine={name}
+                service={service}
+                onChanged={(changed) => services.update((rows) => rows.map((row) => (row.id === changed.id ? changed : row)))}
+                onDeleted={() => services.update((rows) => rows.filter((row) => row.id !== service.id))}
+              />
             ))}
           </Table>
         )}
@@ -71,8 +77,10 @@ export function ServicesTab({ instance }: { instance: Instance }) {
   );
 }
 
-function ServiceRow({ machine, service, onDeleted }: { machine: string; service: Service; onDeleted(): void }) {
+function ServiceRow({ machine, service, onChanged, onDeleted }: { machine: string; service: Service; onChanged(service: Service): void; onDeleted(): void }) {
   const hint = statusHint(service);
+  const path = { params: { path: { name: machine, service: service.name } } };
+  const setAccess = async (access: Service['access']) => onChanged(await ok(api.PATCH('/v1/instances/{name}/services/{service}', { ...path, body: { access } })));
   return (
     <tr>
       <th scope="row">
@@ -82,6 +90,7 @@ function ServiceRow({ machine, service, onDeleted }: { machine: string; service:
       <td class="number">{service.port}</td>
       <td>
         <AccessBadge access={service.access} />
+        {service.wake_on_request && <span class="hint">wakes the machine on a request</span>}
       </td>
       <td class="service-status">
         <span class={`badge status-${service.status}`}>{service.status}</span>
@@ -96,6 +105,18 @@ function ServiceRow({ machine, service, onDeleted }: { machine: string; service:
         </div>
       </td>
       <td class="row-actions">
+        {service.access === 'public' ? (
+          <ConfirmAction label="Make private" question={`Make “${service.name}” private?`} detail={<p>Only your account can use its URL from then on.</p>} confirmLabel="Make private" action={() => setAccess('account')} />
+        ) : (
+          <ConfirmAction
+            label="Make public"
+            question={`Make “${service.name}” public?`}
+            detail={<p>Anyone with its URL can then use the app on port {service.port}, without signing in.</p>}
+            confirmLabel="Make public"
+            danger
+            action={() => setAccess('public')}
+          />
+        )}
         <ConfirmAction
           label="Delete"
           question={`Delete the service “${service.name}”?`}
@@ -108,7 +129,7 @@ function ServiceRow({ machine, service, onDeleted }: { machine: string; service:
           confirmLabel="Delete service"
           danger
           action={async () => {
-            await ok(api.DELETE('/v1/instances/{name}/services/{service}', { params: { path: { name: machine, service: service.name } } }));
+            await ok(api.DELETE('/v1/instances/{name}/services/{service}', path));
             onDeleted();
           }}
         />
