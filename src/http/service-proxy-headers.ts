@@ -25,7 +25,7 @@ export interface ProxiedService {
  * The request's headers as the app gets them. A body keeps its framing: its length, or chunks
  * (a body whose framing were dropped would let a client write a second request to the app).
  */
-export function requestHeadersForApp(req: IncomingMessage, service: ProxiedService, upgrade: boolean, forwardingOnly = false): IncomingHttpHeaders {
+export function requestHeadersForApp(req: IncomingMessage, service: ProxiedService, upgrade: boolean, { forwardingOnly = false, keepAlive = false } = {}): IncomingHttpHeaders {
   const headers: IncomingHttpHeaders = {};
   for (const [name, value] of forwardingOnly ? [] : Object.entries(req.headers)) {
     if (FORWARDED.has(name) || name === 'host') continue;
@@ -51,7 +51,7 @@ export function requestHeadersForApp(req: IncomingMessage, service: ProxiedServi
   headers['x-forwarded-proto'] = publicUrl.protocol.slice(0, -1);
   headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
   if (service.pathPrefix) headers['x-forwarded-prefix'] = service.pathPrefix;
-  headers.connection = upgrade ? 'Upgrade' : 'close';
+  headers.connection = upgrade ? 'Upgrade' : keepAlive ? 'keep-alive' : 'close';
   return headers;
 }
 

@@ -5,7 +5,7 @@
 // sees `Host: localhost:<port>` and the public address in X-Forwarded-*, and nothing is added to its
 // answers but a Location of its own host turned into the public one. Who is let in is
 // ServiceAdmission's; connections held open are looked at again every minute (OpenConnections).
-import { request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpRequest, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { cameFromUnreachableHost } from '../compute/machine-host';
@@ -20,6 +20,7 @@ import { answerError, rawError, readAnswerHead } from './service-proxy-answers';
 import { OpenConnections, type Recheck } from './service-proxy-connections';
 import { answerHeadersForClient, appPath, requestHead, requestHeadersForApp } from './service-proxy-headers';
 import { ServiceProxyLimits, type ConnectionSlot } from './service-proxy-limits';
+import { GuestStreamPools, type PooledRequestOptions } from './service-proxy-pool';
 
 /** A TCP stream to a machine's port (through its guest agent, wherever it runs). */
 export interface ServiceReach {
@@ -62,6 +63,7 @@ interface Target {
 export class ServiceProxy {
   private readonly limits = new ServiceProxyLimits();
   private readonly connections = new OpenConnections();
+  private readonly pools = new GuestStreamPools();
   private readonly flushTimer: NodeJS.Timeout;
   private readonly admission: ServiceAdmission;
 
@@ -94,32 +96,44 @@ export class ServiceProxy {
       res.writeHead(308, { location: `${resolved.pathPrefix}/${url.slice(resolved.pathPrefix.length)}`, 'content-length': 0 });
       return void res.end();
     }
-    const guest = await this.openGuest(target, refuse);
-    if (!guest) return;
+    // A stream kept from an earlier request to the same port goes first (it costs nothing to open).
+    const { id: instanceId } = resolved.instance;
+    const pooled = !target.preflight && this.pools.hasIdle(instanceId, resolved.service.port);
+    const guest = pooled ? null : await this.openGuest(target, refuse);
+    if (!pooled && !guest) return;
     // The client may have left while the machine was looked up, woken or reached: its 'close' is past.
     if (req.socket.destroyed) {
-      guest.destroy();
+      guest?.destroy();
       return slot.release();
     }
     const id = resolved.service.id;
     const service = { port: resolved.service.port, publicUrl: resolved.publicUrl, pathPrefix: resolved.pathPrefix };
     const upstream = target.preflight
-      ? httpRequest({ method: 'OPTIONS', path: path.split('?')[0], headers: { ...preflightHeaders(req), ...requestHeadersForApp(req, service, false, true) }, createConnection: () => guest as Socket })
-      : httpRequest({ method: req.method, path, headers: requestHeadersForApp(req, service, false), createConnection: () => guest as Socket });
+      ? httpRequest({ method: 'OPTIONS', path: path.split('?')[0], headers: { ...preflightHeaders(req), ...requestHeadersForApp(req, service, false, { forwardingOnly: true }) }, createConnection: () => guest as Socket })
+      : httpRequest({
+        method: req.method, path, headers: requestHeadersForApp(req, service, false, { keepAlive: true }),
+        agent: this.pools.agentFor(instanceId, resolved.service.port), guestStream: guest ?? undefined,
+      } as RequestOptions & PooledRequestOptions);
     let ended = false;
     let answered = false;
+    let response: IncomingMessage | null = null;
     const forget = this.connections.add(target.recheck, () => res.destroy());
     const end = () => {
       if (ended) return;
       ended = true;
       forget();
-      upstream.destroy();
-      guest.destroy();
+      // A stream whose exchange completed goes back to its pool; any other is closed with its request.
+      const completed = !target.preflight && response?.complete === true && upstream.writableFinished && res.writableFinished;
+      if (!completed) {
+        upstream.destroy();
+        if (target.preflight) guest?.destroy();
+      }
       slot.release();
     };
     res.once('close', end);
     upstream.on('response', (answer) => {
       answered = true;
+      response = answer;
       // The app's answer is not trusted to be one Node may send on: a status it cannot write or a
       // header it refuses ends this request with S13, never the process.
       try {
@@ -219,6 +233,7 @@ export class ServiceProxy {
   /** Counts flushed, the timers stopped (shutdown). */
   async close(): Promise<void> {
     clearInterval(this.flushTimer);
+    this.pools.close();
     this.limits.stop();
     await this.flush();
   }

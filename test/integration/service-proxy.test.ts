@@ -59,7 +59,7 @@ function startApp(): Promise<{ server: Server; port: number; seen: IncomingMessa
       return;
     }
     res.writeHead(200, [['content-type', 'application/json'], ['set-cookie', 'a=1'], ['set-cookie', 'b=2']].flat() as unknown as Record<string, string>);
-    res.end(JSON.stringify({ url: req.url, headers: req.headers }));
+    res.end(JSON.stringify({ url: req.url, headers: req.headers, peer: req.socket.remotePort }));
   });
   const sockets = new WebSocketServer({ server });
   sockets.on('connection', (ws) => ws.on('message', (data, binary) => ws.send(data, { binary })));
@@ -95,9 +95,11 @@ describe('the services proxy', () => {
   let frontPort: number;
   let reachable = true;
   let reachDelayMs = 0;
+  let opened = 0;
   const reach: ServiceReach = {
     openPort: (_id, port) => new Promise((resolve, reject) => {
       if (!reachable) return reject(new Error('connect ECONNREFUSED'));
+      opened++;
       setTimeout(() => {
         const socket = connect(app.port, '127.0.0.1', () => resolve(socket));
         socket.once('error', reject);
@@ -152,6 +154,20 @@ describe('the services proxy', () => {
     // Nothing added: no CORS, both cookies as the app set them.
     expect(Object.keys(answer.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
     expect(answer.headers['set-cookie']).toEqual(['a=1', 'b=2']);
+  });
+
+  it('keeps a stream to the app open between requests (keep-alive through the agent), and lets an idle one go', async () => {
+    const { host } = await publish('web', { name: 'pooled', port: 5190, access: 'public' });
+    const before = opened;
+    const peers: number[] = [];
+    for (let i = 0; i < 5; i++) peers.push((JSON.parse((await get(host, '/')).body.toString()) as { peer: number }).peer);
+    expect(new Set(peers).size).toBe(1);
+    expect(opened - before).toBe(1);
+    expect((JSON.parse((await get(host, '/')).body.toString()) as { headers: Record<string, string> }).headers.connection).toBe('keep-alive');
+    await new Promise((resolve) => setTimeout(resolve, 1_500)); // past the pool's idle time
+    const later = (JSON.parse((await get(host, '/')).body.toString()) as { peer: number }).peer;
+    expect(later).not.toBe(peers[0]);
+    expect(opened - before).toBe(2);
   });
 
   it('streams: server-sent events arrive as the app writes them, a large body byte for byte, an upload as it is sent', async () => {
