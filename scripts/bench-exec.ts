@@ -26,7 +26,7 @@
 // Target: kiste >= 50 MB/s (docs/machines.md). The fair yardsticks are the agent (what the service adds:
 // kiste / agent) and the guest pipe (what any reader of a pipe gets in this guest: agent / guest pipe).
 // Settings: BENCH_EXEC_MIB (64), BENCH_EXEC_RUNS (5), KISTE_ACCELERATOR (auto: probed).
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,7 +35,7 @@ import type { GuestAgent } from '../src/compute/guest-agent';
 import { listQemuProcesses } from '../src/compute/qemu';
 import type { Database } from '../src/db/database';
 import type { Services } from '../src/services';
-import { close, listen, log, startBenchService } from './bench/support';
+import { close, listen, log, startBenchService, removeWorkDir } from './bench/support';
 
 const MIB = 1024 * 1024;
 const SIZE_MIB = Number(process.env.BENCH_EXEC_MIB ?? 64);
@@ -242,12 +242,7 @@ async function main(): Promise<void> {
     if (server) await close(server);
     await services?.compute.stop().catch(() => undefined);
     await database?.close();
-    rmSync(workDir, { recursive: true, force: true });
-    const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));
-    if (left.length > 0) {
-      console.error(`QEMU left behind: ${left.map((p) => p.pid).join(' ')}`);
-      failed = true;
-    }
+    if (!removeWorkDir(workDir)) failed = true;
   }
   process.exit(failed ? 1 : 0);
 }

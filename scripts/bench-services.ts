@@ -26,7 +26,7 @@
 //     client thread all run here; QEMU's emulated CPUs need the same few cores).
 // A download that stalls (no byte for 30 s) fails the bench naming the bytes it got. The proxy's bound
 // of 1200 requests a minute per client address is why the counts are bounded below.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { Agent, createServer, request, type ClientRequestArgs, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -39,7 +39,7 @@ import { pollUntil } from '../src/compute/qemu/wait';
 import type { Database } from '../src/db/database';
 import { serviceKeyOf } from '../src/domain/service-addresses';
 import type { Services } from '../src/services';
-import { close, listen, log, startBenchService } from './bench/support';
+import { close, listen, log, startBenchService, removeWorkDir } from './bench/support';
 
 const MIB = 1024 * 1024;
 const SIZE_MIB = Number(process.env.BENCH_SERVICES_MIB ?? 64);
@@ -340,12 +340,7 @@ async function main(): Promise<void> {
     await services?.serviceProxy.close().catch(() => undefined);
     await services?.compute.stop().catch(() => undefined);
     await database?.close();
-    rmSync(workDir, { recursive: true, force: true });
-    const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));
-    if (left.length > 0) {
-      console.error(`QEMU left behind: ${left.map((p) => p.pid).join(' ')}`);
-      failed = true;
-    }
+    if (!removeWorkDir(workDir)) failed = true;
   }
   process.exit(failed ? 1 : 0);
 }

@@ -36,7 +36,7 @@ import { pollUntil } from '../src/compute/qemu/wait';
 import type { Database } from '../src/db/database';
 import { sshHostKeyOf } from '../src/domain/ssh-host-key';
 import type { Services } from '../src/services';
-import { close, listen, log, startBenchService } from './bench/support';
+import { close, listen, log, startBenchService, removeWorkDir } from './bench/support';
 
 const MIB = 1024 * 1024;
 const SIZE_MIB = Number(process.env.BENCH_TUNNEL_MIB ?? 32);
@@ -263,12 +263,7 @@ async function main(): Promise<void> {
     if (server) await close(server);
     await services?.compute.stop().catch(() => undefined);
     await database?.close();
-    rmSync(workDir, { recursive: true, force: true });
-    const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));
-    if (left.length > 0) {
-      console.error(`QEMU left behind: ${left.map((p) => p.pid).join(' ')}`);
-      failed = true;
-    }
+    if (!removeWorkDir(workDir)) failed = true;
   }
   process.exit(failed ? 1 : 0);
 }

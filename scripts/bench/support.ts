@@ -6,7 +6,8 @@ import pino from 'pino';
 import { buildAgent } from '../../agent/build';
 import { buildImage } from '../../images';
 import type { ImageProfile } from '../../src/compute/machine-host';
-import { probeAccelerator } from '../../src/compute/qemu';
+import { rmSync } from 'node:fs';
+import { listQemuProcesses, probeAccelerator } from '../../src/compute/qemu';
 import { loadConfig } from '../../src/config';
 import { openDatabase, type Database } from '../../src/db/database';
 import { createApp } from '../../src/http/app';
@@ -103,4 +104,13 @@ export async function startWorkerService(workDir: string, accelerator: string): 
       await database.close();
     },
   };
+}
+
+/** Removes the bench's folder; false (and says so) when a QEMU of it is still running. */
+export function removeWorkDir(workDir: string): boolean {
+  rmSync(workDir, { recursive: true, force: true });
+  const left = listQemuProcesses().filter((p) => p.machineDir?.startsWith(workDir));
+  if (left.length === 0) return true;
+  console.error(`QEMU left behind: ${left.map((p) => p.pid).join(' ')}`);
+  return false;
 }
