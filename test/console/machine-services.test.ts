@@ -152,6 +152,7 @@ describe('console: a machine\'s services', () => {
     const limit = rig.t.services.limits.servicesPerMachine;
     for (let n = 0; n < limit; n += 1) await publish('full-box', { name: `s${n}`, port: 3000 + n });
     await openTab('full-box');
+    await row(`s${limit - 1}`).waitFor(); // the list loads after the tab opens: counted once it is there
     await expect(table().getByRole('row').count()).resolves.toBe(1 + limit);
     await fillForm({ name: 'one-more', port: 9000 });
     await form().getByRole('alert').getByText(`A machine can have at most ${limit} hosted services`).waitFor();
