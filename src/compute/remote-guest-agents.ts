@@ -12,7 +12,7 @@ import { bufferOf, byteStream } from '../net/websocket';
 import { peerText } from '../protocol/peer-input';
 import { AgentCallError } from './agent/errors';
 import type { ExecChunk, ExecStream } from './agent/exec-stream';
-import type { RequestOptions } from './agent/options';
+import { AGENT_REQUEST_MS, type RequestOptions } from './agent/options';
 import { runToEnd, type RunResult } from './agent/run-to-end';
 import type { GuestAgent } from './guest-agent';
 import type { GuestAgents } from './machine-host';
@@ -236,8 +236,13 @@ class RemoteExec implements ExecStream {
   }
 }
 
-function hop(options?: RequestOptions): number | undefined {
-  return options?.timeoutMs === undefined ? undefined : options.timeoutMs + HOP_MS;
+/**
+ * The worker call's deadline: the agent call's own time (the agent's default where the caller names
+ * none, as on one host) and the hop. The worker client's shorter default cut commands short on a
+ * loaded host that a local agent would have run.
+ */
+function hop(options?: RequestOptions): number {
+  return (options?.timeoutMs ?? AGENT_REQUEST_MS) + HOP_MS;
 }
 
 /** A worker call on behalf of an agent call: its failures as the AgentCallError the caller handles. */

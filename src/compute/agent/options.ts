@@ -38,12 +38,15 @@ export interface RequestOptions {
 
 export type ResolvedOptions = Required<Omit<AgentClientOptions, 'logger' | 'hostVersion' | 'onLinkDropped'>> & Pick<AgentClientOptions, 'hostVersion'>;
 
+/** How long an agent request may take when its caller names no time (AgentClient's default). */
+export const AGENT_REQUEST_MS = 10_000;
+
 export const NOOP_LOGGER: AgentLogger = { debug: () => undefined, warn: () => undefined };
 
 export function resolveOptions(options: AgentClientOptions): ResolvedOptions {
   return {
     connect: options.connect,
-    requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
+    requestTimeoutMs: options.requestTimeoutMs ?? AGENT_REQUEST_MS,
     syncRetryMs: options.syncRetryMs ?? 1000,
     reconnect: options.reconnect ?? true,
     reconnectMinMs: options.reconnectMinMs ?? 100,
