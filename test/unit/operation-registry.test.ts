@@ -33,8 +33,8 @@ describe('operation registry', () => {
     for (const op of Object.values(OPERATIONS)) expect(Object.keys(ERRORS)).toContain(op.credentialRefusal);
   });
 
-  it('bounds the body of every operation that takes one (8 KiB on sign-in, OAuth, device keys, desktop sessions)', () => {
-    const small = ['Login', 'SignUp', 'OAuthAuthorizeDecision', 'OAuthToken', 'AddDeviceKey'];
+  it('bounds the body of every operation that takes one (8 KiB on sign-in, OAuth, a private service\'s sign-in, device keys, desktop sessions)', () => {
+    const small = ['Login', 'SignUp', 'OAuthAuthorizeDecision', 'OAuthToken', 'AuthorizeServiceAccess', 'AddDeviceKey'];
     for (const op of Object.values(OPERATIONS)) {
       if (op.requestContentTypes.length === 0) continue;
       const expected = small.includes(op.operationId) || op.path.startsWith('/v1/desktop/native') ? 8192 : 65536;
