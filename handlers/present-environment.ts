@@ -1,6 +1,7 @@
 // Environments and their versions → API shapes. Secret files appear by path only.
 import type { components } from '../src/generated/api';
 import type { Environment, EnvironmentVersion, EnvironmentWithCurrent } from '../src/store/environments';
+import { servicesOf } from '../src/domain/environments';
 import { iso } from './present';
 
 type Schemas = components['schemas'];
@@ -25,7 +26,7 @@ export function presentEnvironmentVersion(version: EnvironmentVersion, environme
     variables: version.variables as unknown as Record<string, string>,
     secret_paths: version.secretPaths as unknown as string[],
     setup_script: version.setupScript,
-    services: (Array.isArray(version.services) ? version.services : []) as unknown as Schemas['EnvironmentServiceSpec'][],
+    services: servicesOf(version) as Schemas['EnvironmentServiceSpec'][],
     created_at: iso(version.createdAt),
   };
 }

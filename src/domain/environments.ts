@@ -143,6 +143,6 @@ export class Environments {
 }
 
 /** A version's declared services (versions from before services were declared have none). */
-function servicesOf(version: EnvironmentVersion): DeclaredService[] {
+export function servicesOf(version: EnvironmentVersion): DeclaredService[] {
   return Array.isArray(version.services) ? (version.services as unknown as DeclaredService[]) : [];
 }

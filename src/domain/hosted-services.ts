@@ -6,7 +6,7 @@ import { randomInt } from 'node:crypto';
 import { KisteError } from '../errors';
 import type { AccountStore } from '../store/accounts';
 import { appendEvent } from '../store/events';
-import type { HostedService, HostedServiceChanges, HostedServiceStore } from '../store/hosted-services';
+import type { HostedService, HostedServiceChanges, HostedServiceStore, NewHostedService } from '../store/hosted-services';
 import type { Instance } from '../store/instances';
 import type { ServiceCredentialStore } from '../store/service-credentials';
 import type { Clock } from './clock';
@@ -80,11 +80,7 @@ export class HostedServices {
       if ((await this.store.count(instance.id, tx)) >= this.limits.servicesPerMachine) {
         throw new KisteError('L14', { message: `A machine can have at most ${this.limits.servicesPerMachine} hosted services` });
       }
-      const service = await this.store.create(tx, {
-        id: newId(), accountId, instanceId: instance.id, name: request.name, port: request.port,
-        description: request.description ?? '', key: newServiceKey(), access: request.access ?? 'account',
-        wakeOnRequest: request.wakeOnRequest ?? false, idleStopMinutes: request.idleStopMinutes ?? null, createdAt: this.clock.now(),
-      });
+      const service = await this.store.create(tx, this.newRow(accountId, instance.id, request));
       await this.event(tx, 'service.created', service, instance, addresses);
       return service;
     });
@@ -145,11 +141,7 @@ export class HostedServices {
     if (services.length === 0) return;
     await this.transactions.run(async (tx) => {
       for (const service of services) {
-        const created = await this.store.create(tx, {
-          id: newId(), accountId: copy.accountId, instanceId: copy.id, name: service.name, port: service.port, description: service.description,
-          key: newServiceKey(), access: service.access as ServiceAccess, wakeOnRequest: service.wakeOnRequest, idleStopMinutes: service.idleStopMinutes,
-          createdAt: this.clock.now(),
-        });
+        const created = await this.store.create(tx, this.newRow(copy.accountId, copy.id, { ...service, access: service.access as ServiceAccess }));
         await this.event(tx, 'service.created', created, copy, this.addresses);
       }
     });
@@ -244,6 +236,15 @@ export class HostedServices {
   private published(): ServiceAddresses {
     if (!this.addresses) throw new KisteError('S12');
     return this.addresses;
+  }
+
+  /** A new service's row: a key of its own, the defaults filled in. */
+  private newRow(accountId: string, instanceId: string, request: NewService): NewHostedService {
+    return {
+      id: newId(), accountId, instanceId, name: request.name, port: request.port, description: request.description ?? '',
+      key: newServiceKey(), access: request.access ?? 'account', wakeOnRequest: request.wakeOnRequest ?? false,
+      idleStopMinutes: request.idleStopMinutes ?? null, createdAt: this.clock.now(),
+    };
   }
 
   private async view(service: HostedService, instance: Instance): Promise<ServiceView> {

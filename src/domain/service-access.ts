@@ -67,7 +67,7 @@ export class ServiceAccessGate {
   /** The proxy's signed note of a service and path, for the console to check that the redirect was the proxy's. */
   stateFor(serviceId: string, returnTo: string): string {
     const at = this.clock.now().getTime().toString(36);
-    return `${at}.${hmacBase64Url(this.secretKey, `service-access:${serviceId}:${returnTo}:${at}`)}`;
+    return `${at}.${this.stateMac(serviceId, returnTo, at)}`;
   }
 
   /**
@@ -161,7 +161,11 @@ export class ServiceAccessGate {
     if (!at || !mac || !/^[0-9a-z]{1,12}$/.test(at)) return false;
     const age = this.clock.now().getTime() - parseInt(at, 36);
     if (!(age >= -60_000 && age <= STATE_MS)) return false;
-    return safeEqual(mac, hmacBase64Url(this.secretKey, `service-access:${serviceId}:${returnTo}:${at}`));
+    return safeEqual(mac, this.stateMac(serviceId, returnTo, at));
+  }
+
+  private stateMac(serviceId: string, returnTo: string, at: string): string {
+    return hmacBase64Url(this.secretKey, `service-access:${serviceId}:${returnTo}:${at}`);
   }
 
   private async issue(service: HostedService, kind: ServiceCredentialKind, lifetimeMs: number, returnTo: string, sessionId: string | null): Promise<string> {
