@@ -96,6 +96,7 @@ export class MachineLimits {
  * limits; the cgroup.procs files a process must be written to, to be held by them.
  */
 export function applyGroup(mode: CgroupMode, path: string, limits: GroupLimits): string[] {
+  cancelLaterRemoval(mode, path);
   const quota = limits.cpus === null ? null : `${Math.round(limits.cpus * CPU_PERIOD_US)}`;
   if (mode.kind === 'v2') {
     const dir = ensure(join(mode.root, path));
@@ -130,8 +131,25 @@ export function applyParentGroup(mode: CgroupMode, path: string, limits: GroupLi
   if (mode.kind === 'v2') write(join(mode.root, path), 'cgroup.subtree_control', '+cpu +memory +pids');
 }
 
-/** Removes the group `kiste/<path>` (empty once its tasks are gone); what is still busy is tried again in 2 s when `retry`. */
+/**
+ * Removals tried again later, by group: a group made again in the meantime (a machine started
+ * right after its QEMU was killed) must not lose its folder between being made and being joined.
+ */
+const laterRemovals = new Map<string, NodeJS.Timeout>();
+const removalKey = (mode: CgroupMode, path: string) => `${JSON.stringify(mode)}\n${path}`;
+
+function cancelLaterRemoval(mode: CgroupMode, path: string): void {
+  const key = removalKey(mode, path);
+  clearTimeout(laterRemovals.get(key));
+  laterRemovals.delete(key);
+}
+
+/**
+ * Removes the group `kiste/<path>` (empty once its tasks are gone); what is still busy is tried
+ * again in 2 s when `retry`, unless the group is made again before then.
+ */
 export function removeGroup(mode: CgroupMode, path: string, retry = true): void {
+  cancelLaterRemoval(mode, path);
   const dirs = mode.kind === 'v2' ? [join(mode.root, path)] : mode.kind === 'v1' ? [mode.cpu, mode.memory, ...(mode.pids ? [mode.pids] : [])].map((root) => join(root, path)) : [];
   let left = false;
   for (const dir of dirs) {
@@ -141,7 +159,14 @@ export function removeGroup(mode: CgroupMode, path: string, retry = true): void 
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') left = true;
     }
   }
-  if (left && retry) setTimeout(() => removeGroup(mode, path, false), 2000).unref();
+  if (!left || !retry) return;
+  const key = removalKey(mode, path);
+  const timer = setTimeout(() => {
+    laterRemovals.delete(key);
+    removeGroup(mode, path, false);
+  }, 2000);
+  timer.unref();
+  laterRemovals.set(key, timer);
 }
 
 /**

@@ -128,7 +128,7 @@ export async function startMachine(spec: MachineSpec, options: StartOptions = {}
   const logFd = openSync(logFile, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
   let child;
   try {
-    writeSync(logFd, `--- ${new Date().toISOString()} ${[launched.command, ...launched.args].map(shellWord).join(' ')}\n`);
+    writeSync(logFd, `${START_HEADER}${new Date().toISOString()} ${[launched.command, ...launched.args].map(shellWord).join(' ')}\n`);
     // Nothing of the service's environment (secrets, database URL) or working folder goes along.
     child = spawn(launched.command, launched.args, { detached: true, stdio: ['ignore', logFd, logFd], env: { PATH: QEMU_PATH }, cwd: '/' });
   } finally {
@@ -344,11 +344,22 @@ function cleanupLeftovers(ref: MachineRef): void {
   for (const path of [ref.pidFile, ref.qmpSocket, ref.agentSocket]) rmSync(path, { force: true });
 }
 
-/** The end of a QEMU log file (its fatal errors are the last lines), '' when unreadable. */
+/** The line startMachine writes before each start: the time and the command line. */
+const START_HEADER = '--- ';
+
+/**
+ * The end of what the last start wrote to a QEMU log file (its fatal errors are the last lines),
+ * without that start's header: the command line is long and would push the error out of view.
+ * '' when unreadable or when the start printed nothing.
+ */
 export function logTail(path: string, bytes = 4000): string {
   try {
     const text = readFileSync(path, 'utf8');
-    return text.slice(-bytes).trim();
+    const later = text.lastIndexOf(`\n${START_HEADER}`);
+    const header = later >= 0 ? later + 1 : text.startsWith(START_HEADER) ? 0 : -1;
+    const end = header < 0 ? -1 : text.indexOf('\n', header);
+    const lastStart = header < 0 ? text : end < 0 ? '' : text.slice(end + 1);
+    return lastStart.slice(-bytes).trim();
   } catch {
     return '';
   }
