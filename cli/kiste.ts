@@ -13,6 +13,7 @@ import { CLEARABLE, createEnvironment, EnvironmentFlags, environmentVersions, in
 import { createImage, deleteImage, imageLog, listComponents, listImages, resolveImage, runtimeImage, showImage } from './images';
 import { CREATE_DEFAULTS, createMachine, type CreateOptions, deleteMachine, describe, extendMachine, forkMachine, getMachine, lifecycle, listMachines, machineLogs, machineMetrics, renameMachine } from './machines';
 import { exposeService, listServices, unexposeService } from './services';
+import { deleteSnapshot, listSnapshots, takeSnapshot } from './snapshots';
 import { runSsh, sshConfigBlock } from './ssh';
 import { runTunnel } from './tunnel';
 import { CLI_VERSION } from './version';
@@ -92,6 +93,7 @@ program
   .option('--ttl <seconds>', 'stop and delete it after this long', toInt)
   .option('--image <id>', 'a private image (ID, slug or name; see `kiste images`); default: the built-in image')
   .option('--env <name>', 'apply this environment\'s current version (files before the machine is answered, clones and the setup script after: see `kiste setup NAME`)')
+  .option('--snapshot <snapshot>', 'make it from a named snapshot (ID or name; see `kiste snapshots`): it continues the snapshot\'s memory when it keeps its vCPUs and memory (the defaults then), else boots its disk')
   .action(async (name: string | undefined, options: CreateOptions) => {
     const ctx = context();
     const instance = await createMachine(ctx, name, options);
@@ -237,6 +239,21 @@ program
     print(ctx, exposed.json, exposed.text);
     if (!ctx.json) for (const line of exposed.notes) process.stderr.write(`${line}\n`);
   });
+
+program
+  .command('snapshot <name> <snapshot>')
+  .description('keep the machine\'s disk and memory (a running machine, or one stopped with its session) in a named snapshot; waits until it is ready')
+  .option('--disk-only', 'keep the disk alone (the guest\'s file systems are flushed first)')
+  .option('--no-wait', 'answer at once while it is being taken')
+  .action(async (name: string, snapshot: string, options: { diskOnly?: boolean; wait: boolean }) => show(await takeSnapshot(context(), name, snapshot, options)));
+program
+  .command('snapshots [machine]')
+  .description('the account\'s named snapshots (of one machine, when named)')
+  .action(async (machine: string | undefined) => show(await listSnapshots(context(), machine)));
+program
+  .command('delete-snapshot <snapshot>')
+  .description('remove a named snapshot (machines made from it keep running)')
+  .action(async (snapshot: string) => show(await deleteSnapshot(context(), snapshot)));
 
 program
   .command('services <name>')

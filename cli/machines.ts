@@ -43,6 +43,8 @@ export interface CreateOptions {
   ttl?: number;
   image?: string;
   env?: string;
+  /** A named snapshot (ID or name): without --vcpu and --memory its source's, so its memory is continued. */
+  snapshot?: string;
 }
 
 export const CREATE_DEFAULTS = { vcpu: 2, memory: 2048, disk: 16384 };
@@ -53,9 +55,12 @@ export async function createMachine(ctx: CliContext, name: string | undefined, o
   if (!keyFile || !existsSync(keyFile)) {
     throw new CliError('no SSH public key to give the machine', { hint: 'Pass --ssh-key FILE (e.g. ~/.ssh/id_ed25519.pub), or make one with ssh-keygen.' });
   }
-  const recommended = options.image && (options.vcpu === undefined || options.memory === undefined || options.disk === undefined)
-    ? ok(await apiFor(ctx).GET('/v1/images/{id}', { params: { path: { id: options.image } } })).resources
-    : null;
+  const incomplete = options.vcpu === undefined || options.memory === undefined || options.disk === undefined;
+  const recommended = options.snapshot && incomplete
+    ? ok(await apiFor(ctx).GET('/v1/snapshots/{id}', { params: { path: { id: options.snapshot } } })).source
+    : options.image && incomplete
+      ? ok(await apiFor(ctx).GET('/v1/images/{id}', { params: { path: { id: options.image } } })).resources
+      : null;
   const body: CreateBody = {
     profile: 'desktop',
     vcpu: options.vcpu ?? (recommended?.vcpu || CREATE_DEFAULTS.vcpu),
@@ -63,6 +68,7 @@ export async function createMachine(ctx: CliContext, name: string | undefined, o
     disk_mib: options.disk ?? (recommended?.disk_mib || CREATE_DEFAULTS.disk),
     ssh_public_key: readFileSync(keyFile, 'utf8').trim(), ...(name ? { name } : {}), ...(options.ttl ? { ttl_seconds: options.ttl } : {}),
     ...(options.image ? { image: options.image } : {}), ...(options.env ? { environment: options.env } : {}),
+    ...(options.snapshot ? { snapshot: options.snapshot } : {}),
   };
   const booting = `creating ${name ?? 'a machine'}: booting until SSH and commands are accepted`;
   return withSpinner(booting, !ctx.json, (relabel) => createOnceImageReady(ctx, body, booting, relabel));

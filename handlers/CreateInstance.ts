@@ -12,6 +12,7 @@ export const handler: Handler<'CreateInstance'> = async ({ auth, services, body 
     environment: body.environment,
     ttlSeconds: body.ttl_seconds,
     autoSnapshotSeconds: body.auto_snapshot_seconds,
+    snapshot: body.snapshot,
   });
   // The environment's hosted services are the machine's from its start (openapi: EnvironmentServiceSpec).
   await services.hostedServices.publishDeclared(auth.accountId, instance, await services.environments.declaredServices(auth.accountId, instance.environmentVersionId));

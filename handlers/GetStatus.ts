@@ -38,7 +38,7 @@ export const handler: Handler<'GetStatus'> = async ({ auth, services }) => {
         event_watch: true, // GET /v1/events with wait_ms
         hosted_http: false,
         hosted_websocket: false,
-        snapshots: false,
+        snapshots: true,
         snapshot_storage_mode: 'local',
         remote_snapshot_pull: false,
         accelerator: services.machineHost.accelerator,

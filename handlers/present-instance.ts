@@ -35,5 +35,7 @@ export function presentInstance(instance: Instance, latestImageVersion: string |
     ssh_host: `${instance.name}.kiste`,
     ssh_port: 22,
     update_available: instance.imageVersion && latestImageVersion ? instance.imageVersion !== latestImageVersion : null,
+    started_from: (instance.startedFrom as InstanceResponse['started_from']) ?? null,
+    snapshot_id: instance.fromSnapshotId,
   };
 }

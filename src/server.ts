@@ -63,6 +63,7 @@ export async function startService(config: Config, logger: Logger): Promise<Runn
     if (!cameFromUnreachableHost(error)) throw error;
     logger.error({ err: error }, 'the compute worker is not up: calls that need it answer 503 N01 until it is; machines are adopted then');
   }
+  await services.snapshots.failInterrupted();
   const interrupted = await services.instanceSetups.failInterrupted('The service restarted while the environment setup was running; the machine may be partly set up');
   if (interrupted > 0) logger.warn({ instances: interrupted }, 'environment setups interrupted by a restart were marked failed');
   void prepareImage(services, config, logger); // in-process only: a worker prepares its own

@@ -78,6 +78,8 @@ import { type MailSender, SmtpMailSender } from './mail/mail-sender';
 import { ServiceMetrics, type ComputeCounts } from './observability/metrics';
 import { HostedServices } from './domain/hosted-services';
 import { HostedServiceStore } from './store/hosted-services';
+import { SnapshotStore } from './store/snapshots';
+import { Snapshots } from './domain/snapshots';
 import { ServiceAccessGate } from './domain/service-access';
 import { ServiceWake } from './domain/service-wake';
 import { ServiceCredentialStore } from './store/service-credentials';
@@ -101,6 +103,7 @@ export interface Services {
   apiTokens: ApiTokens;
   deviceKeys: DeviceKeys;
   hostedServices: HostedServices;
+  snapshots: Snapshots;
   serviceAccess: ServiceAccessGate;
   serviceWake: ServiceWake;
   /** Requests for published services, before anything of kiste's (src/http/service-proxy.ts). */
@@ -211,7 +214,9 @@ export function createServices(config: Config, database: Database, options: Serv
   });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
-  const ownedMachineIds = async (): Promise<string[]> => (await stores.instances.all()).map((row) => row.id);
+  // What the records own on a host: machines, and named snapshots' files.
+  const snapshotStore = new SnapshotStore(db);
+  const ownedMachineIds = async (): Promise<string[]> => [...(await stores.instances.all()).map((row) => row.id), ...(await snapshotStore.allIds())];
   const secretKey = installationSecret(config);
   const workerStore = new WorkerStore(db, database.provider);
   const workers = new Workers(workerStore, new SecretBox(secretKey, 'worker signing secrets'), clock);
@@ -235,10 +240,13 @@ export function createServices(config: Config, database: Database, options: Serv
   const environmentSetup = new EnvironmentSetup(transactions, { instances: stores.instances, setups }, (id) => machineHost.agent(id), clock, logger);
   // Several hosts: a registered worker with room, chosen in the create's transaction; one box: this host's free memory.
   const placement = compute.kind === 'workers' ? new WorkerPlacement(workerStore, () => clock.now()) : new HostPlacement(machineHost, HOST_MEMORY_RESERVE_MIB);
+  // Snapshots ask instances for the owner's machine; instances ask snapshots for a create's source.
+  const replicas = options.replicas ?? new SoleReplica();
+  const snapshots: Snapshots = new Snapshots(transactions, snapshotStore, stores.accounts, { get: (accountId, name) => instances.get(accountId, name) }, machineHost, limits, clock, replicas, logger);
   const instances = new Instances(transactions, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,
-  }, { images, environments, setup: environmentSetup, placement }, options.replicas ?? new SoleReplica(), logger, metrics);
+  }, { images, environments, setup: environmentSetup, placement, snapshots }, replicas, logger, metrics);
   const webhookTarget = { rules: { allowPrivate: config.webhooksAllowPrivateTargetsUnsafe }, resolve: options.webhooks?.resolve ?? systemResolver };
   if (webhookTarget.rules.allowPrivate) logger.warn({}, 'KISTE_WEBHOOKS_ALLOW_PRIVATE_TARGETS_UNSAFE is set: webhooks may target private addresses and plain http');
   const webhookStore = new WebhookStore(db);
@@ -284,6 +292,7 @@ export function createServices(config: Config, database: Database, options: Serv
     apiTokens: new ApiTokens(transactions, stores.apiTokens, stores.accounts, limits, clock),
     deviceKeys: new DeviceKeys(transactions, stores.deviceKeys, stores.accounts, limits, clock),
     hostedServices,
+    snapshots,
     serviceAccess,
     serviceWake,
     serviceProxy: new ServiceProxy({

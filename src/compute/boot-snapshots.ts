@@ -18,13 +18,12 @@
 // The key covers everything the saved state depends on: image version, vcpu, memory, accelerator
 // and the QEMU build (device state is not portable across QEMU versions). The disk size is not in
 // it: a copy's overlay is larger and the guest grows its file system after the restore.
-import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, copyFileSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { acquireLock, type HeldLock } from '../../images/lock';
 import type { Accelerator, HostImage, MachineShape } from './machine-host';
-import { qemuBinary } from './qemu';
+import { qemuBuild } from './qemu';
 
 /** Bumped when the folder's layout or the way copies are made changes. */
 const FORMAT = 2;
@@ -61,8 +60,6 @@ interface SnapshotManifest {
 }
 
 export class BootSnapshotStore {
-  private qemuBuild: string | undefined;
-
   constructor(
     private readonly versionDir: (version: string) => string,
     private readonly accelerator: Accelerator,
@@ -177,8 +174,7 @@ export class BootSnapshotStore {
   }
 
   private qemu(): string {
-    this.qemuBuild ??= execFileSync(qemuBinary(), ['--version'], { encoding: 'utf8' }).split('\n')[0]!.trim();
-    return this.qemuBuild;
+    return qemuBuild();
   }
 }
 

@@ -48,7 +48,7 @@ export function createComputeHost(settings: ComputeHostSettings): ComputeHost {
   const jail = new HostJail({
     machinesDir: folders.machines,
     layersDir: folders.layers,
-    passThrough: [folders.machines, folders.layers, settings.imagesDir],
+    passThrough: [folders.machines, folders.layers, folders.snapshots, settings.imagesDir],
     uidBase: settings.machineUidBase,
     egress: settings.machineEgress,
     logger: settings.logger,

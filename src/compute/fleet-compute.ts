@@ -12,7 +12,7 @@ import type { GuestAgent } from './guest-agent';
 import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
 import type { DisplaySize, MachineDisplay } from './machine-display';
 import type {
-  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineShape, StartedMachine,
+  Accelerator, CreatedMachine, ForkedMachine, SnapshotRef, TakenSnapshot, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineShape, StartedMachine,
 } from './machine-host';
 import type { ServiceCompute, ServiceHost } from './service-compute';
 import { WorkerUnreachableError } from './worker-client';
@@ -163,6 +163,22 @@ export class FleetMachineHost implements ServiceHost {
 
   async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
     return (await this.on(targetId)).fork(sourceId, targetId, image, shape, identity, options);
+  }
+
+  async takeSnapshot(id: string, snapshotId: string, shape: MachineShape, options: { memory: boolean }): Promise<TakenSnapshot> {
+    return (await this.on(id)).takeSnapshot(id, snapshotId, shape, options);
+  }
+
+  /** The new machine is placed on the worker holding the snapshot's files (Placement.place with the snapshot as source). */
+  async createFromSnapshot(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
+    return (await this.on(id)).createFromSnapshot(id, snapshotId, images, shape, identity, options);
+  }
+
+  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
+    if (snapshot.workerId === null) throw new WorkerUnreachableError(`snapshot ${snapshot.id} is held by no worker`);
+    // Its files went with a lost host.
+    if (await this.settings.registry.isLost(snapshot.workerId)) return;
+    await this.member(snapshot.workerId).host.deleteSnapshot(snapshot);
   }
 
   async boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {

@@ -12,7 +12,18 @@ import type { PersonaliseOptions } from './guest-personalisation';
 import type { ImageCatalogue } from './image-catalogue';
 import type { MachineJail } from './jail';
 import type { LayerStore } from './layers';
-import type { Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostImage, MachineShape, StartedMachine } from './machine-host';
+import type { Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostImage, MachineShape, StartedFrom, StartedMachine } from './machine-host';
+
+/** Files of a machine's saved state that a new machine can continue. */
+export interface SavedMachineState {
+  disk: string;
+  diskBytes: number;
+  memoryFile: string;
+  stateFile: string;
+  serialLog: string;
+  /** Whether the saved machine ran with a VM generation ID device (its device set must be the same). */
+  generationId: boolean;
+}
 import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, saveMemory, type QemuMachine } from './qemu';
 
 const MIB = 1048576;
@@ -24,8 +35,8 @@ export interface MachineProcesses {
   /** The machine's QEMU, when one runs (adopted after a service restart). */
   machine(id: string): Promise<QemuMachine | undefined>;
   machineDir(id: string): string;
-  /** Admits the machine to the jail and gives it a first layer of its own on `backing`. */
-  newDisk(id: string, backing: string, sizeBytes: number | undefined): Promise<void>;
+  /** Admits the machine to the jail and gives it a first layer of its own on `backing` (with a VM generation ID device unless told otherwise). */
+  newDisk(id: string, backing: string, sizeBytes: number | undefined, options?: { generationId?: boolean }): Promise<void>;
   /** A disk on the image, `diskMib` large (null: the image's own size). */
   createDisk(id: string, image: HostImage, diskMib: number | null): Promise<void>;
   boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine>;
@@ -55,22 +66,22 @@ export class InstantCopies {
   private readonly maker: BootSnapshotMaker;
 
   constructor(
-    private readonly machines: MachineProcesses,
+    readonly processes: MachineProcesses,
     private readonly parts: { jail: MachineJail; layers: LayerStore; chains: DiskChains; images: ImageCatalogue },
     private readonly settings: CopySettings,
   ) {
     const { layers, chains, images } = parts;
     this.snapshots = new BootSnapshotStore((version) => images.versionDir(version), settings.accelerator);
     this.maker = new BootSnapshotMaker(this.snapshots, {
-      createImageSizedDisk: (id, image) => machines.createDisk(id, image, null),
-      boot: (id, shape, image, identity) => machines.boot(id, shape, image, identity),
-      flushGuest: (id) => machines.flushGuest(id, 'a boot snapshot'),
-      stop: (id, stopOptions) => machines.stop(id, stopOptions),
+      createImageSizedDisk: (id, image) => processes.createDisk(id, image, null),
+      boot: (id, shape, image, identity) => processes.boot(id, shape, image, identity),
+      flushGuest: (id) => processes.flushGuest(id, 'a boot snapshot'),
+      stop: (id, stopOptions) => processes.stop(id, stopOptions),
       savedFiles: (id) => {
-        const files = machineFiles(machines.machineDir(id));
+        const files = machineFiles(processes.machineDir(id));
         return { disk: layers.path(chains.state(id).active), memoryFile: files.memoryFile, stateFile: files.stateFile, serialLog: files.serialLog };
       },
-      destroy: (id) => machines.destroy(id),
+      destroy: (id) => processes.destroy(id),
     }, { templateSettled: settings.templateSettled, logger: settings.logger });
   }
 
@@ -84,14 +95,14 @@ export class InstantCopies {
       // A snapshot this QEMU cannot load (or a copy that went wrong) costs a cold boot, not the machine.
       this.settings.logger.warn({ err: error, machine: id, snapshot: snapshot.key }, 'boot snapshot could not be restored; booting instead');
       this.snapshots.discard(snapshot);
-      await this.machines.destroy(id);
+      await this.processes.destroy(id);
       return null;
     }
   }
 
   /** A fork with memory: the source's state captured (in its turn), then the copy continues it. */
   async forkWithMemory(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity): Promise<ForkedMachine> {
-    const { sourcePausedMs } = await this.machines.exclusive(sourceId, () => this.captureRunning(sourceId, targetId));
+    const { sourcePausedMs } = await this.processes.exclusive(sourceId, () => this.captureRunning(sourceId, targetId));
     const started = await this.continueRestored(targetId, shape, image, identity, {});
     return { ...started, startedFrom: 'memory', sourcePausedMs };
   }
@@ -99,14 +110,14 @@ export class InstantCopies {
   /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */
   async forkDisk(sourceId: string, targetId: string): Promise<void> {
     const { jail, layers, chains } = this.parts;
-    await this.machines.exclusive(sourceId, async () => {
+    await this.processes.exclusive(sourceId, async () => {
       await jail.admit(targetId);
       const forkActive = `${targetId}-0.qcow2`;
-      const machine = await this.machines.machine(sourceId);
+      const machine = await this.processes.machine(sourceId);
       if (machine) {
         // What programs in the source wrote goes into the copy (not only what reached the disk).
-        await this.machines.flushGuest(sourceId, 'a fork');
-        await this.forkRunningDisk(sourceId, machine, forkActive);
+        await this.processes.flushGuest(sourceId, 'a fork');
+        await this.cutRunningDisk(sourceId, machine, forkActive);
       } else {
         await createOverlay(layers.path(chains.state(sourceId).active), layers.path(forkActive));
       }
@@ -114,8 +125,11 @@ export class InstantCopies {
     });
   }
 
-  /** The source's top freezes and becomes the shared backing of its new top and of the copy's. */
-  private forkRunningDisk(sourceId: string, machine: QemuMachine, forkActive: string): Promise<void> {
+  /**
+   * The source's top freezes and becomes the shared backing of its new top and of `forkActive` (a
+   * layer file's name): the copy's first layer, or what a snapshot copies the disk from.
+   */
+  cutRunningDisk(sourceId: string, machine: QemuMachine, forkActive: string): Promise<void> {
     const { jail, layers, chains } = this.parts;
     return chains.newTopLayer(sourceId, machine, (next) =>
       liveFork(machine.qmp, {
@@ -142,40 +156,61 @@ export class InstantCopies {
    */
   private async captureRunning(sourceId: string, targetId: string): Promise<{ sourcePausedMs: number }> {
     const { jail, chains } = this.parts;
-    const machine = await this.machines.machine(sourceId);
+    const machine = await this.processes.machine(sourceId);
     if (!machine) throw new Error(`machine ${sourceId} is not running`);
     await jail.admit(targetId);
     const forkActive = `${targetId}-0.qcow2`;
-    const source = machineFiles(this.machines.machineDir(sourceId));
-    const target = machineFiles(this.machines.machineDir(targetId));
+    const target = machineFiles(this.processes.machineDir(targetId));
     const generationId = chains.state(sourceId).generationId ?? false;
-    const pausedAt = Date.now();
-    await machine.qmp.execute('stop');
-    try {
-      await this.forkRunningDisk(sourceId, machine, forkActive);
-      // quit: false leaves the source in "postmigrate"; cont takes its disks back and runs it.
-      await saveMemory(machine, { stateFile: target.stateFile, quit: false, socketOwner: jail.userOf(sourceId) });
-      if (machine.spec.memoryFile) await copyRamFile(source.memoryFile, target.memoryFile);
-    } finally {
-      await machine.qmp.execute('cont').catch((error: Error) => this.settings.logger.warn({ err: error, machine: sourceId }, 'the source of a fork did not run on'));
-    }
-    const sourcePausedMs = Date.now() - pausedAt;
+    const sourcePausedMs = await this.capturePaused(sourceId, machine, { forkActive, stateFile: target.stateFile, memoryFile: target.memoryFile });
     await this.adoptForkLayer(sourceId, targetId, forkActive, { generationId });
     this.ownRunFiles(targetId, [target.memoryFile]);
     return { sourcePausedMs };
   }
 
+  /**
+   * A running machine's whole state at one moment, while its guest stands still: its disk cut into
+   * `forkActive`, its device state into `stateFile` and a copy of its RAM file into `memoryFile`;
+   * then it runs on. Answers how long the guest stood still. The caller holds the machine's turn.
+   */
+  async capturePaused(id: string, machine: QemuMachine, into: { forkActive: string; stateFile: string; memoryFile: string }): Promise<number> {
+    const source = machineFiles(this.processes.machineDir(id));
+    const pausedAt = Date.now();
+    await machine.qmp.execute('stop');
+    try {
+      await this.cutRunningDisk(id, machine, into.forkActive);
+      // quit: false leaves the source in "postmigrate"; cont takes its disks back and runs it.
+      await saveMemory(machine, { stateFile: into.stateFile, quit: false, socketOwner: this.parts.jail.userOf(id) });
+      if (machine.spec.memoryFile) await copyRamFile(source.memoryFile, into.memoryFile);
+    } finally {
+      await machine.qmp.execute('cont').catch((error: Error) => this.settings.logger.warn({ err: error, machine: id }, 'a machine whose state was captured did not run on'));
+    }
+    return Date.now() - pausedAt;
+  }
+
   /** A new machine from a copy of a boot snapshot: overlay on its disk, copies of RAM, state and console log. */
-  private async restoreSnapshotCopy(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, snapshot: BootSnapshot): Promise<CreatedMachine> {
+  private restoreSnapshotCopy(id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, snapshot: BootSnapshot): Promise<CreatedMachine> {
+    return this.restoreCopy(id, image, shape, identity, { ...snapshot, generationId: true }, 'snapshot');
+  }
+
+  /**
+   * A new machine continuing saved machine state (a boot snapshot, a named snapshot): an overlay on
+   * its disk, copies of its RAM, device state and console log, then its own identity.
+   */
+  async restoreCopy(
+    id: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, saved: SavedMachineState, startedFrom: StartedFrom,
+    afterDisk?: (disk: string) => Promise<void>,
+  ): Promise<CreatedMachine> {
     // Same size as saved (the guest's kernel knows that one); grown once it runs.
-    await this.machines.newDisk(id, snapshot.disk, snapshot.diskBytes);
-    const files = machineFiles(this.machines.machineDir(id));
-    await copyRamFile(snapshot.memoryFile, files.memoryFile);
-    copyFileSync(snapshot.stateFile, files.stateFile);
-    if (existsSync(snapshot.serialLog)) copyFileSync(snapshot.serialLog, files.serialLog);
+    await this.processes.newDisk(id, saved.disk, saved.diskBytes, { generationId: saved.generationId });
+    await afterDisk?.(saved.disk);
+    const files = machineFiles(this.processes.machineDir(id));
+    await copyRamFile(saved.memoryFile, files.memoryFile);
+    copyFileSync(saved.stateFile, files.stateFile);
+    if (existsSync(saved.serialLog)) copyFileSync(saved.serialLog, files.serialLog);
     this.ownRunFiles(id, [files.memoryFile, files.serialLog]);
-    const started = await this.continueRestored(id, shape, image, identity, { growToBytes: Math.max(shape.diskMib * MIB, snapshot.diskBytes) });
-    return { ...started, startedFrom: 'snapshot' };
+    const started = await this.continueRestored(id, shape, image, identity, { growToBytes: Math.max(shape.diskMib * MIB, saved.diskBytes) });
+    return { ...started, startedFrom };
   }
 
   /** What QEMU opens in run/ as the machine's user: that user's, nobody else's. */
@@ -190,7 +225,7 @@ export class InstantCopies {
    * disk grown to its size.
    */
   private continueRestored(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity, options: { growToBytes?: number }): Promise<StartedMachine> {
-    return this.machines.continueSession(id, shape, image, identity, { restored: { diskBytes: options.growToBytes } }, async (machine) => {
+    return this.processes.continueSession(id, shape, image, identity, { restored: { diskBytes: options.growToBytes } }, async (machine) => {
       if (options.growToBytes === undefined) return;
       const top = await activeLayer(machine.qmp);
       await machine.qmp.execute('block_resize', { 'node-name': top.node, size: options.growToBytes });

@@ -8,6 +8,8 @@ import { qcow2Header, type ImageInfo } from './qemu';
 
 /** Layer files are `<machine id>-<n>.qcow2`: the machine whose disk made them. */
 const LAYER_NAME = /^([A-Za-z0-9_-]{1,64})-(\d+)\.qcow2$/;
+/** A named snapshot's folder (its id); its disk is `disk.qcow2` in it (see named-snapshots.ts). */
+const SNAPSHOT_FOLDER = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** No chain is longer (checkpoints and forks are compacted long before). */
 const MAX_CHAIN = 64;
 
@@ -31,10 +33,11 @@ export interface DiskState {
 }
 
 export class LayerStore {
-  /** `imagesDir`: where the image disks that chains end on live. */
+  /** `imagesDir`: where the image disks that chains end on live; `snapshotsDir`: named snapshots' disks, which chains may back onto. */
   constructor(
     readonly dir: string,
     private readonly imagesDir: string,
+    private readonly snapshotsDir?: string,
   ) {}
 
   path(name: string): string {
@@ -95,9 +98,15 @@ export class LayerStore {
     return dirname(file) === this.dir && LAYER_NAME.exec(basename(file))?.[1] === id;
   }
 
-  private checkChainFile(file: string): void {
+  /** A file of the image folder (an image's disk, a derived layer), not a machine's or a snapshot's. */
+  isImageFile(file: string): boolean {
     const inImages = relative(this.imagesDir, file);
-    const ours = (dirname(file) === this.dir && LAYER_NAME.test(basename(file))) || (inImages !== '' && !inImages.startsWith('..') && !isAbsolute(inImages));
+    return inImages !== '' && !inImages.startsWith('..') && !isAbsolute(inImages);
+  }
+
+  private checkChainFile(file: string): void {
+    const snapshotDisk = this.snapshotsDir !== undefined && dirname(dirname(file)) === this.snapshotsDir && SNAPSHOT_FOLDER.test(basename(dirname(file))) && basename(file) === 'disk.qcow2';
+    const ours = (dirname(file) === this.dir && LAYER_NAME.test(basename(file))) || this.isImageFile(file) || snapshotDisk;
     if (!ours || !lstatSync(file, { throwIfNoEntry: false })?.isFile()) throw new Error(`disk chain names ${JSON.stringify(file)}, which is not a kiste layer or image disk`);
   }
 

@@ -73,8 +73,27 @@ export interface StartedMachine {
   hostKeys: HostKey[];
 }
 
-/** How a new machine came to run: a cold boot, a copy of a boot snapshot, or a copy of a running machine's memory. */
-export type StartedFrom = 'boot' | 'snapshot' | 'memory';
+/**
+ * How a new machine came to run: a cold boot, a copy of a boot snapshot, a copy of a running
+ * machine's memory, or from a named snapshot (continuing its memory, or booting its disk).
+ */
+export type StartedFrom = 'boot' | 'snapshot' | 'memory' | 'snapshot_memory' | 'snapshot_disk';
+
+/** What a named snapshot's files hold on the host that took them. */
+export interface TakenSnapshot {
+  /** It holds the machine's memory (a new machine can continue it). */
+  memory: boolean;
+  /** Bytes its files take on the host (its disk beyond the image, and its memory). */
+  sizeBytes: number;
+  /** How long the guest stood still for it (0 when it was not running). */
+  pausedMs: number;
+}
+
+/** A named snapshot's files, and the worker holding them (null: the local one). */
+export interface SnapshotRef {
+  id: string;
+  workerId: string | null;
+}
 
 export interface CreatedMachine extends StartedMachine {
   startedFrom: StartedFrom;
@@ -158,14 +177,29 @@ export interface Machines {
   checkpoint(id: string): Promise<{ taken: boolean }>;
   /**
    * At start after adopting, and when a worker is adopted: removes every machine (files, QEMU) that
-   * is none of `owned` (the machines the records own), none `alsoKeep` names (asked as it goes) and
-   * no boot snapshot template or layer builder being run; returns their ids.
+   * is none of `owned` (the machines and named snapshots the records own), none `alsoKeep` names
+   * (asked as it goes) and no boot snapshot template or layer builder being run, and every named
+   * snapshot's files none of them names; returns the machines' ids.
    */
   removeStrays(owned: readonly string[], alsoKeep?: (id: string) => boolean): Promise<string[]>;
   /** At start, after adopting: removes disk layers no machine uses any more. */
   removeUnusedLayers(): Promise<void>;
   /** Kills whatever runs and removes the machine's files. */
   destroy(id: string): Promise<void>;
+  /**
+   * Keeps the machine's disk as it is now, and with `memory` its memory (a running guest's, or its
+   * saved session's), in a named snapshot's files that outlive the machine. `shape` is the one the
+   * machine runs (or its session was saved) with: a memory restore needs the same.
+   */
+  takeSnapshot(id: string, snapshotId: string, shape: MachineShape, options: { memory: boolean }): Promise<TakenSnapshot>;
+  /**
+   * A new machine from a named snapshot: with `memory` it continues the snapshot's memory when the
+   * snapshot has one this host can restore, else (or when that fails) it boots the snapshot's disk.
+   * `image` is the one the snapshot's machine ran for a memory restore, the current one for a boot.
+   */
+  createFromSnapshot(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine>;
+  /** Removes a named snapshot's files (a disk that machines made from it still back onto stays until they are gone). */
+  deleteSnapshot(snapshot: SnapshotRef): Promise<void>;
   /** The last lines of the serial console. */
   consoleTail(id: string, lines: number): Promise<string>;
   /** Machines this host has files or processes for (for reaping orphans). */

@@ -28,8 +28,9 @@ import { LayerStore } from './layers';
 import type { DisplaySize } from './machine-display';
 import type { MachineJail, QemuFiles } from './jail';
 import type {
-  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine,
+  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, ImageBuildState, ImageProfile, MachineHost, MachineShape, SnapshotRef, StartedMachine, TakenSnapshot,
 } from './machine-host';
+import { NamedSnapshots } from './named-snapshots';
 import {
   activeLayer,
   adoptMachine,
@@ -78,8 +79,8 @@ export interface QemuHostOptions {
 }
 
 /** Where a host keeps its machines' folders and disk layers. */
-export function machineHostFolders(dataDir: string): { machines: string; layers: string } {
-  return { machines: join(dataDir, 'machines'), layers: join(dataDir, 'layers') };
+export function machineHostFolders(dataDir: string): { machines: string; layers: string; snapshots: string } {
+  return { machines: join(dataDir, 'machines'), layers: join(dataDir, 'layers'), snapshots: join(dataDir, 'snapshots') };
 }
 
 export class QemuMachineHost implements MachineHost, DisplayHost {
@@ -97,6 +98,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   /** Per machine: the screen of the image its disk ends on (found once from the disk's chain). */
   private readonly displays = new Map<string, DisplaySize | null>();
   private readonly copies: InstantCopies;
+  private readonly snapshots: NamedSnapshots;
   private readonly layerBuilder: LayerBuilder;
 
   private readonly jail: MachineJail;
@@ -106,7 +108,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     this.jail = options.jail;
     const folders = machineHostFolders(options.dataDir);
     this.machinesDir = folders.machines;
-    this.layers = new LayerStore(folders.layers, options.imagesDir);
+    this.layers = new LayerStore(folders.layers, options.imagesDir, folders.snapshots);
     this.chains = new DiskChains(this.layers, this.machinesDir, options.logger);
     this.images = new ImageCatalogue(options.imagesDir);
     this.agents = new AgentRegistry((id) => machineFiles(this.machineDir(id)).agentSocket, options.onAgentLinkDropped);
@@ -115,7 +117,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       exclusive: (id, work) => this.exclusive(id, work),
       machine: (id) => this.machine(id),
       machineDir: (id) => this.machineDir(id),
-      newDisk: (id, backing, sizeBytes) => this.newDisk(id, backing, sizeBytes),
+      newDisk: (id, backing, sizeBytes, diskOptions) => this.newDisk(id, backing, sizeBytes, diskOptions),
       createDisk: (id, image, diskMib) => this.createDisk(id, image, diskMib),
       boot: (id, shape, image, identity) => this.boot(id, shape, image, identity),
       continueSession: (id, shape, image, identity, personaliseOptions, beforePersonalise) => this.continueSession(id, shape, image, identity, personaliseOptions, beforePersonalise),
@@ -123,6 +125,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       stop: (id, stopOptions) => this.stop(id, stopOptions),
       destroy: (id) => this.destroy(id),
     }, { jail: this.jail, layers: this.layers, chains: this.chains, images: this.images }, options);
+    this.snapshots = new NamedSnapshots(this.copies.processes, { jail: this.jail, layers: this.layers, chains: this.chains, copies: this.copies }, { ...options, dir: folders.snapshots });
     this.layerBuilder = new LayerBuilder({
       createDisk: (id, image, diskMib) => this.createDisk(id, image, diskMib),
       boot: (id, shape, image, identity) => this.boot(id, shape, image, identity),
@@ -210,12 +213,12 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     await this.newDisk(id, join(this.images.entry(image).dir, 'disk.qcow2'), diskMib === null ? undefined : diskMib * MIB);
   }
 
-  private async newDisk(id: string, backing: string, sizeBytes: number | undefined): Promise<void> {
+  private async newDisk(id: string, backing: string, sizeBytes: number | undefined, options: { generationId?: boolean } = {}): Promise<void> {
     await this.jail.admit(id);
     const active = `${id}-0.qcow2`;
     await createOverlay(backing, this.layers.path(active), { sizeBytes });
     this.jail.ownLayer(id, this.layers.path(active));
-    this.chains.writeState(id, { active, hostKeysGenerated: false, generationId: true });
+    this.chains.writeState(id, { active, hostKeysGenerated: false, generationId: options.generationId ?? true });
   }
 
   /** A stopped machine's files to send to another worker (drain); refused while it runs. */
@@ -460,14 +463,22 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     });
     for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
     if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
+    // Named snapshots are owned by their records too (a deleted account's go here).
+    const snapshots = await this.snapshots.removeStrays(keeps, await this.activeLayers()).catch((error: unknown) => {
+      this.options.logger.warn({ err: error }, 'snapshots no record owns could not be removed');
+      return [];
+    });
+    if (snapshots.length) this.options.logger.info({ snapshots }, 'removed snapshots no record owns');
     return removed;
   }
 
   /** Removes layer files that no machine's chain uses; only at start, before machines are driven. */
   async removeUnusedLayers(): Promise<void> {
     try {
-      const removed = await this.layers.collectGarbage(await this.activeLayers());
+      const actives = await this.activeLayers();
+      const removed = await this.layers.collectGarbage(actives);
       if (removed.length) this.options.logger.info({ removed }, 'removed disk layers no machine uses');
+      await this.snapshots.sweep(actives, { atStart: true });
     } catch (error) {
       this.options.logger.warn({ err: error }, 'a disk chain could not be read; no layer removed');
     }
@@ -480,6 +491,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   async removeUnusedImages(keep: ReadonlySet<string> = new Set()): Promise<string[]> {
     const inUse = new Set<string>(keep);
     try {
+      for (const version of await this.snapshots.versionsInUse()) inUse.add(version);
       for (const active of await this.activeLayers()) {
         for (const file of await this.layers.filesOf(active)) {
           const inImages = relative(this.options.imagesDir, file);
@@ -521,7 +533,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     this.stopped(id);
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
-      const chain = await this.layers.layersOf(state.active).catch(() => [this.layers.path(state.active)]);
+      // Its layers, and a snapshot's disk it backs onto (its user was let read it): not images.
+      const chain = await this.layers.filesOf(state.active).then((files) => files.filter((file) => !this.layers.isImageFile(file))).catch(() => [this.layers.path(state.active)]);
       if (!(await this.layers.release(state.active, await this.activeLayers(id)))) {
         this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
       }
@@ -531,6 +544,19 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     }
     rmSync(this.machineDir(id), { recursive: true, force: true });
     this.displays.delete(id);
+    if (state) await this.snapshots.sweep(await this.activeLayers(), { atStart: false }).catch((error: unknown) => this.options.logger.warn({ err: error }, 'deleted snapshots could not be swept'));
+  }
+
+  takeSnapshot(id: string, snapshotId: string, shape: MachineShape, options: { memory: boolean }): Promise<TakenSnapshot> {
+    return this.snapshots.take(id, snapshotId, shape, options);
+  }
+
+  createFromSnapshot(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
+    return this.snapshots.create(id, snapshotId, images, shape, identity, options);
+  }
+
+  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
+    await this.snapshots.delete(snapshot.id, await this.activeLayers());
   }
 
   agent(id: string): AgentClient {

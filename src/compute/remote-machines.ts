@@ -2,7 +2,7 @@
 // in-process QemuMachineHost (issue 22). Every answer is the worker client's checked one; a machine
 // operation that failed on the worker fails here with the worker's message.
 import type { components } from '../generated/worker-api';
-import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, Machines, MachineShape, StartedMachine } from './machine-host';
+import type { CreatedMachine, ForkedMachine, GuestIdentity, HostImage, Machines, MachineShape, SnapshotRef, StartedMachine, TakenSnapshot } from './machine-host';
 import type { Duplex } from 'node:stream';
 import { byteStream } from '../net/websocket';
 import type { MachineScreens } from './guest-display';
@@ -34,6 +34,23 @@ export class RemoteMachines implements Machines, MachineScreens {
   async fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
     const body: Wire['ForkRequest'] = { source_id: sourceId, image: wire.image(image), shape: wire.shape(shape), identity: wire.identity(identity), memory: options.memory };
     return fromWire.started((await this.worker.call('POST', machinePath(targetId, 'fork'), 'ForkMachine', body, MACHINE_OPERATION_MS)) as Wire['StartedMachine']);
+  }
+
+  async takeSnapshot(id: string, snapshotId: string, shape: MachineShape, options: { memory: boolean }): Promise<TakenSnapshot> {
+    const body: Wire['TakeSnapshotRequest'] = { shape: wire.shape(shape), memory: options.memory };
+    const taken = (await this.worker.call('POST', `${machinePath(id, 'snapshots')}/${encodeURIComponent(snapshotId)}`, 'TakeSnapshot', body, MACHINE_OPERATION_MS)) as Wire['TakenSnapshot'];
+    return { memory: taken.memory, sizeBytes: taken.size_bytes, pausedMs: taken.paused_ms };
+  }
+
+  async createFromSnapshot(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
+    const body: Wire['FromSnapshotRequest'] = {
+      snapshot_id: snapshotId, memory_image: wire.image(images.memory), boot_image: wire.image(images.boot), shape: wire.shape(shape), identity: wire.identity(identity), memory: options.memory,
+    };
+    return fromWire.started((await this.worker.call('POST', machinePath(id, 'from-snapshot'), 'CreateMachineFromSnapshot', body, MACHINE_OPERATION_MS)) as Wire['StartedMachine']);
+  }
+
+  async deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
+    await this.worker.call('DELETE', `/w1/snapshots/${encodeURIComponent(snapshot.id)}`, 'DeleteSnapshot', undefined, MACHINE_OPERATION_MS);
   }
 
   async boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {

@@ -9,7 +9,7 @@ import type { GuestAgent } from './guest-agent';
 import type { BuiltLayer, LayerBuildRequest } from './layer-builder';
 import type { DisplaySize } from './machine-display';
 import type {
-  Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostCapacity, HostImage, HostImages, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine,
+  Accelerator, CreatedMachine, ForkedMachine, SnapshotRef, TakenSnapshot, GuestIdentity, HostCapacity, HostImage, HostImages, ImageBuildState, ImageProfile, MachineHost, MachineShape, StartedMachine,
 } from './machine-host';
 import { RemoteGuestAgents } from './remote-guest-agents';
 import { RemoteMachines } from './remote-machines';
@@ -101,6 +101,18 @@ export class WorkerMachineHost implements MachineHost, DisplayHost {
 
   fork(sourceId: string, targetId: string, image: HostImage, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<ForkedMachine> {
     return this.machines.fork(sourceId, targetId, image, shape, identity, options);
+  }
+
+  takeSnapshot(id: string, snapshotId: string, shape: MachineShape, options: { memory: boolean }): Promise<TakenSnapshot> {
+    return this.machines.takeSnapshot(id, snapshotId, shape, options);
+  }
+
+  createFromSnapshot(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
+    return this.machines.createFromSnapshot(id, snapshotId, images, shape, identity, options);
+  }
+
+  deleteSnapshot(snapshot: SnapshotRef): Promise<void> {
+    return this.machines.deleteSnapshot(snapshot);
   }
 
   boot(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity): Promise<StartedMachine> {

@@ -18,7 +18,8 @@ import { InstanceCheckpoints } from './instance-checkpoints';
 import { InstanceOperations, LifecycleOperation, OperationObserver, OperationOutcome } from './instance-operations';
 import { MachineAvailabilityCheck } from './machine-availability';
 import { InstanceReconciler, type ReconcileOptions } from './instance-reconciler';
-import { forkInputOf, type ForkInput, type StopInput } from './operation-input';
+import { forkInputOf, snapshotCreateInputOf, type ForkInput, type SnapshotCreateInput, type StopInput } from './operation-input';
+import type { Snapshot, Snapshots } from './snapshots';
 import type { Limits } from './limits';
 import type { EnvironmentSetup } from './environment-setup';
 import type { Environments } from './environments';
@@ -46,6 +47,8 @@ export interface CreateInstance {
   environment?: string | null;
   ttlSeconds?: number | null;
   autoSnapshotSeconds?: number | null;
+  /** A named snapshot (id or name) the machine is made from, instead of an image. */
+  snapshot?: string | null;
 }
 
 export interface ForkRequest {
@@ -62,6 +65,8 @@ export interface Provisioning {
   setup: Pick<EnvironmentSetup, 'apply' | 'notStarted'>;
   /** Where a new machine runs, and whether there is room (L13). */
   placement: Placement;
+  /** Named snapshots new machines are made from. */
+  snapshots: Pick<Snapshots, 'forCreate' | 'byId'>;
 }
 
 export interface LifecycleAnswer {
@@ -126,6 +131,7 @@ export class Instances {
   }
 
   async create(accountId: string, request: CreateInstance): Promise<Instance> {
+    if (request.snapshot) return this.createFromSnapshot(accountId, request, request.snapshot);
     const sshKey = validKey(request.sshPublicKey);
     const chosen = await this.provisioning.images.forInstance(accountId, request.image);
     if (chosen.minDiskMib !== null && request.diskMib < chosen.minDiskMib) {
@@ -161,6 +167,46 @@ export class Instances {
     if (!environment) return started;
     await this.provisioning.setup.apply(started, environment); // files now; clones and the script go on in the background
     return (await this.stores.instances.findById(started.id)) ?? started;
+  }
+
+  /**
+   * A machine made from a named snapshot, on the host holding it: it continues the snapshot's
+   * memory when it has one and the shape keeps its vCPUs and memory (the host may still boot
+   * instead, e.g. another QEMU build), else it boots the snapshot's disk on the current image.
+   */
+  private async createFromSnapshot(accountId: string, request: CreateInstance, idOrName: string): Promise<Instance> {
+    if (request.image || request.environment) throw new KisteError('S05', { param: request.image ? 'image' : 'environment' });
+    const sshKey = validKey(request.sshPublicKey);
+    const snapshot = await this.provisioning.snapshots.forCreate(accountId, idOrName);
+    if (request.diskMib < snapshot.diskMib) throw new KisteError('S06', { message: `Snapshot ${snapshot.name} needs a disk of at least ${snapshot.diskMib} MiB`, param: 'disk_mib' });
+    const boot = await this.startableImage();
+    const shape = { vcpu: request.vcpu, memoryMib: request.memoryMib, diskMib: request.diskMib };
+    checkShape(this.limits, shape);
+    await this.provisioning.placement.precheck(shape);
+    const memory = snapshot.memory && snapshot.vcpu === shape.vcpu && snapshot.memoryMib === shape.memoryMib && snapshot.imageVersion !== null;
+    const now = this.clock.now();
+    const instance = await this.insert(accountId, request.name ?? null, shape, 'create', { workerId: snapshot.workerId }, (name) => ({
+      image: snapshot.image,
+      imageId: null,
+      imageProfile: snapshot.imageProfile,
+      artifactKey: snapshot.artifactKey,
+      imageVersion: snapshot.imageVersion,
+      sshPublicKey: sshKey,
+      autoSnapshotSeconds: request.autoSnapshotSeconds ?? DEFAULT_AUTO_SNAPSHOT_SECONDS,
+      expiresAt: request.ttlSeconds ? new Date(now.getTime() + request.ttlSeconds * 1000) : null,
+      guestHostname: name,
+      fromSnapshotId: snapshot.id,
+      operationInput: { snapshot_id: snapshot.id, memory } satisfies SnapshotCreateInput,
+    }));
+    const final = await this.operations.run(instance, () => this.fromSnapshotWork(instance, snapshot, boot, memory));
+    return this.startedOrFailed(final);
+  }
+
+  private async fromSnapshotWork(instance: Instance, snapshot: Snapshot, boot: HostImage, memory: boolean): Promise<OperationOutcome> {
+    const identity = await this.identity(instance);
+    const saved = { profile: snapshot.imageProfile as ImageProfile, version: snapshot.imageVersion ?? boot.version, artifactKey: snapshot.artifactKey };
+    const created = await this.host.createFromSnapshot(instance.id, snapshot.id, { memory: saved, boot }, shapeOf(instance), identity, { memory });
+    return startedOutcome(created.startedFrom === 'snapshot_memory' ? saved : boot, identity, created);
   }
 
   async fork(accountId: string, sourceName: string, request: ForkRequest): Promise<Instance> {
@@ -344,11 +390,14 @@ export class Instances {
         const input = forkInputOf(row.operationInput);
         return input ? (image) => this.forkAgainWork(row, input, image) : null;
       }
-      case 'create':
+      case 'create': {
+        const fromSnapshot = snapshotCreateInputOf(row.operationInput);
+        if (fromSnapshot) return (image) => this.createFromSnapshotAgainWork(row, fromSnapshot, image);
         // A create on the universal image without an environment is made again from the start; one
         // with a private image or an environment needs what only the caller's request held, and
         // ends in the error state below.
         return row.imageId === null && row.environmentVersionId === null ? (image) => this.createAgainWork(row, image) : null;
+      }
       default:
         return null;
     }
@@ -359,6 +408,14 @@ export class Instances {
     await this.host.destroy(row.id);
     const identity = await this.identity(row);
     return startedOutcome(image, identity, await this.host.create(row.id, image, shapeOf(row), identity));
+  }
+
+  /** What a create from a snapshot cut short left is removed, and it is made again from the snapshot (which must still exist). */
+  private async createFromSnapshotAgainWork(row: Instance, input: SnapshotCreateInput, image: HostImage): Promise<OperationOutcome> {
+    const snapshot = await this.provisioning.snapshots.byId(row.accountId, input.snapshot_id);
+    if (!snapshot) throw new Error('interrupted by a service restart, and its snapshot is gone');
+    await this.host.destroy(row.id);
+    return this.fromSnapshotWork(row, snapshot, image, input.memory);
   }
 
   /** What a fork cut short left is removed, and the copy is made again from its source (which must still run). */
@@ -402,7 +459,8 @@ export class Instances {
     requestedName: string | null,
     shape: MachineShape,
     operation: 'create' | 'fork',
-    source: Instance | null,
+    /** What the new machine is a copy of (a machine, a snapshot): placed on its host. */
+    source: { workerId: string | null } | null,
     fields: (name: string) => Omit<Parameters<InstanceStore['create']>[1], 'id' | 'accountId' | 'name' | 'status' | 'desiredState' | 'vcpu' | 'memoryMib' | 'diskMib' | 'workerId'>,
   ): Promise<Instance> {
     const now = this.clock.now();
@@ -482,7 +540,8 @@ export class Instances {
 /** A new machine (create, fork) runs: its image and host name are what it started with. */
 function startedOutcome(image: HostImage, identity: GuestIdentity, started: ForkedMachine): OperationOutcome {
   const paused = started.sourcePausedMs === undefined ? {} : { source_paused_ms: started.sourcePausedMs };
-  return runningOutcome(started, { image: started.image ?? image, hostname: identity.hostname }, { resumed: false, started_from: started.startedFrom, ...paused });
+  const outcome = runningOutcome(started, { image: started.image ?? image, hostname: identity.hostname }, { resumed: false, started_from: started.startedFrom, ...paused });
+  return { ...outcome, update: { ...outcome.update, startedFrom: started.startedFrom } };
 }
 
 /** The row after a start: running, with the host keys it answered (and, after a boot, its image and host name). */

@@ -10,6 +10,9 @@ export class Limits {
   readonly webhooks = 10;
   /** Hosted services (published ports) per machine (L14). */
   readonly servicesPerMachine = 10;
+  /** Named snapshots per account (L15) and the MiB they may hold together (L16). */
+  readonly snapshotsPerAccount = 20;
+  readonly snapshotMibTotal = 50 * 1024;
   readonly metricsPerMinute = 40;
   readonly machines = 10;
   readonly runningMachines = 4;

@@ -24,3 +24,15 @@ export function stopInputOf(value: unknown): StopInput | null {
   const { save_session: saveSession } = value as Record<string, unknown>;
   return typeof saveSession === 'boolean' ? { save_session: saveSession } : null;
 }
+
+/** A create from a named snapshot is made again from that snapshot (continuing its memory or not). */
+export interface SnapshotCreateInput {
+  snapshot_id: string;
+  memory: boolean;
+}
+
+export function snapshotCreateInputOf(value: unknown): SnapshotCreateInput | null {
+  if (typeof value !== 'object' || value === null) return null;
+  const { snapshot_id: snapshotId, memory } = value as Record<string, unknown>;
+  return typeof snapshotId === 'string' && typeof memory === 'boolean' ? { snapshot_id: snapshotId, memory } : null;
+}

@@ -1289,7 +1289,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a named snapshot */
+        /**
+         * Create a named snapshot
+         * @description Takes a snapshot of the machine (docs/snapshots.md). A running machine gives its disk and memory, or its disk only with `memory` false (its file systems flushed for the cut); a stopped one gives its disk, and its saved session's memory when it has one (`memory` true without a session is 409 S04). The answer is `pending`; the snapshot becomes `ready` (event `snapshot.ready`) or `failed` (`snapshot.failed`). Names are unique in the account (409 S02); at most 20 snapshots (409 L15) and 50 GiB of them (409 L16) per account. Snapshots outlive their machine.
+         */
         post: operations["CreateSnapshot"];
         delete?: never;
         options?: never;
@@ -1602,11 +1605,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a snapshot */
+        /**
+         * Get a snapshot
+         * @description A snapshot by id or name.
+         */
         get: operations["GetSnapshot"];
         put?: never;
         post?: never;
-        /** Delete a snapshot */
+        /**
+         * Delete a snapshot
+         * @description Removes a snapshot (by id or name). Machines created from it keep running and keep their disks; a snapshot still being taken is 409 S03.
+         */
         delete: operations["DeleteSnapshot"];
         options?: never;
         head?: never;
@@ -2072,7 +2081,7 @@ export interface components {
             /** Format: int64 */
             sequence: number;
             type: components["schemas"]["EventType"];
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         ControlHealth: {
             region: string | null;
             service: string;
@@ -2191,6 +2200,8 @@ export interface components {
             name?: components["schemas"]["InstanceName"] | null;
             /** @enum {string} */
             profile: "desktop";
+            /** @description A ready snapshot by id or name (not with `image` or `environment`, 422 S05). The machine continues the snapshot's memory when it has one and the shape keeps its vCPUs and memory; otherwise it boots the snapshot's disk. The disk may be larger than the source's, never smaller (422 S06). */
+            snapshot?: string | null;
             /** @description OpenSSH public key the instance trusts besides the account's device keys. */
             ssh_public_key: string;
             /**
@@ -2225,7 +2236,9 @@ export interface components {
             wake_on_request?: components["schemas"]["ServiceWakeOnRequest"];
         };
         CreateSnapshotRequest: {
-            name: string;
+            /** @description Keep the machine's memory too (a machine made from the snapshot continues it). Default true when the machine runs or has a saved session; false takes the disk only. */
+            memory?: boolean;
+            name: components["schemas"]["SnapshotName"];
         };
         CreateTerminalSessionRequest: {
             /** Format: int32 */
@@ -2489,7 +2502,7 @@ export interface components {
          * @description Registered error code (see x-kiste-errors at the document root).
          * @enum {string}
          */
-        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S10" | "S11" | "S12" | "S13" | "S14" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "L14" | "B01" | "B02" | "B03";
+        ErrorCode: "P01" | "P02" | "P03" | "P04" | "P05" | "P06" | "P08" | "P09" | "P10" | "P11" | "P12" | "A01" | "A02" | "A03" | "A04" | "A05" | "A06" | "A07" | "A08" | "A10" | "A11" | "A12" | "A13" | "A14" | "A15" | "A20" | "A21" | "A22" | "A23" | "A30" | "A31" | "A32" | "A33" | "A40" | "A41" | "K01" | "K02" | "K03" | "K04" | "K05" | "K06" | "K07" | "K08" | "K09" | "K10" | "K20" | "K21" | "K22" | "K23" | "K24" | "K25" | "K26" | "K27" | "K28" | "K29" | "K30" | "K31" | "K32" | "C01" | "C02" | "S01" | "S02" | "S03" | "S04" | "S05" | "S06" | "S10" | "S11" | "S12" | "S13" | "S14" | "D01" | "D02" | "D03" | "D04" | "D05" | "D06" | "D07" | "N01" | "N10" | "N11" | "N20" | "N21" | "N30" | "L01" | "L02" | "L03" | "L04" | "L05" | "L06" | "L07" | "L08" | "L09" | "L10" | "L11" | "L13" | "L14" | "L15" | "L16" | "B01" | "B02" | "B03";
         ErrorResponse: {
             error: components["schemas"]["ErrorBody"];
         };
@@ -2520,7 +2533,7 @@ export interface components {
          * @description Every event type of the account stream. The `data` of each is defined in ControlEventResponse.
          * @enum {string}
          */
-        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated" | "service.created" | "service.updated" | "service.status_changed" | "service.deleted";
+        EventType: "instance.created" | "instance.running" | "instance.stopped" | "instance.error" | "instance.deleted" | "instance.renamed" | "instance.checkpointed" | "instance.setup_completed" | "command.started" | "command.completed" | "snapshot.created" | "snapshot.ready" | "snapshot.failed" | "snapshot.deleted" | "webhook.created" | "webhook.updated" | "webhook.deleted" | "webhook.test" | "alert.raised" | "alert.acknowledged" | "api_token.created" | "api_token.revoked" | "device_key.added" | "device_key.deleted" | "session.created" | "session.revoked" | "account.updated" | "account.deletion_requested" | "image.created" | "image.built" | "image.deleted" | "environment.created" | "environment.updated" | "service.created" | "service.updated" | "service.status_changed" | "service.deleted";
         ExecCompletedEvent: {
             /** Format: int64 */
             duration_ms: number;
@@ -2849,9 +2862,19 @@ export interface components {
             setup_error?: string | null;
             /** @description State of the environment setup script. */
             setup_status: string;
+            /**
+             * Format: uuid
+             * @description The named snapshot it was made from.
+             */
+            snapshot_id?: string | null;
             ssh_host?: string | null;
             /** Format: int32 */
             ssh_port?: number | null;
+            /**
+             * @description How it came to run when made — `boot` a cold boot, `snapshot` a copy of its image's boot snapshot, `memory` a fork continuing its source's memory, `snapshot_memory` continuing a named snapshot's memory, `snapshot_disk` booting a named snapshot's disk; null for machines made before this was kept.
+             * @enum {string|null}
+             */
+            started_from?: "boot" | "snapshot" | "memory" | "snapshot_disk" | "snapshot_memory" | null;
             /** @description Current state, e.g. `starting`, `running`, `stopping`, `stopped`. */
             status: string;
             /** @description True while the instance does not run exactly what the platform serves; only a cold boot applies it. */
@@ -3359,22 +3382,43 @@ export interface components {
             /** @constant */
             object: "list";
         };
+        SnapshotName: string;
+        /** @description A named snapshot (docs/snapshots.md). `instance_id` is null once its machine is deleted; `instance_name` is the machine's name when it was taken. */
         SnapshotResponse: {
             /** Format: date-time */
             created_at: string;
+            /** @description Why it failed. */
+            error: string | null;
             /** Format: uuid */
             id: string;
+            /** @description Image version the source ran. */
             image_version: string | null;
             /** Format: uuid */
-            instance_id: string;
+            instance_id: string | null;
             instance_name: string;
+            /** @description Holds the machine's memory besides its disk. */
+            memory: boolean;
             name: string;
             /** @constant */
             object: "snapshot";
+            /** @description How far the taking is, 0 to 1, while pending. */
+            progress: number | null;
             /** Format: date-time */
             ready_at: string | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description What this snapshot holds on its host (its disk beyond the image, and its memory); null until ready.
+             */
             size_mib: number | null;
+            /** @description The machine's shape when the snapshot was taken. */
+            source: {
+                /** Format: int32 */
+                disk_mib: number;
+                /** Format: int32 */
+                memory_mib: number;
+                /** Format: int32 */
+                vcpu: number;
+            };
             /** @enum {string} */
             status: "pending" | "ready" | "failed";
         };
@@ -3635,6 +3679,8 @@ export interface components {
         ServiceId: string;
         /** @description Hosted service name. */
         ServiceName: string;
+        /** @description The snapshot's id or name. */
+        SnapshotIdOrName: string;
         /** @description Cursor: an object id; answers the page after it. */
         StartingAfter: string;
     };
@@ -6990,8 +7036,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Object ID. */
-                id: components["parameters"]["ObjectId"];
+                /** @description The snapshot's id or name. */
+                id: components["parameters"]["SnapshotIdOrName"];
             };
             cookie?: never;
         };
@@ -7022,8 +7068,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Object ID. */
-                id: components["parameters"]["ObjectId"];
+                /** @description The snapshot's id or name. */
+                id: components["parameters"]["SnapshotIdOrName"];
             };
             cookie?: never;
         };
@@ -7360,10 +7406,10 @@ export const createServiceRequestAccessValues: ReadonlyArray<FlattenedDeepRequir
 export const desktopBootstrapPreflightRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapPreflightRequest"]["protocol"]> = ["webrtc"];
 export const desktopBootstrapRequestProtocolValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["DesktopBootstrapRequest"]["protocol"]> = ["webrtc"];
 export const environmentServiceSpecAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EnvironmentServiceSpec"]["access"]> = ["account", "public"];
-export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S10", "S11", "S12", "S13", "S14", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "B01", "B02", "B03"];
+export const errorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ErrorCode"]> = ["P01", "P02", "P03", "P04", "P05", "P06", "P08", "P09", "P10", "P11", "P12", "A01", "A02", "A03", "A04", "A05", "A06", "A07", "A08", "A10", "A11", "A12", "A13", "A14", "A15", "A20", "A21", "A22", "A23", "A30", "A31", "A32", "A33", "A40", "A41", "K01", "K02", "K03", "K04", "K05", "K06", "K07", "K08", "K09", "K10", "K20", "K21", "K22", "K23", "K24", "K25", "K26", "K27", "K28", "K29", "K30", "K31", "K32", "C01", "C02", "S01", "S02", "S03", "S04", "S05", "S06", "S10", "S11", "S12", "S13", "S14", "D01", "D02", "D03", "D04", "D05", "D06", "D07", "N01", "N10", "N11", "N20", "N21", "N30", "L01", "L02", "L03", "L04", "L05", "L06", "L07", "L08", "L09", "L10", "L11", "L13", "L14", "L15", "L16", "B01", "B02", "B03"];
 export const eventDataServiceAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["access"]> = ["account", "public"];
 export const eventDataServiceStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventDataService"]["status"]> = ["active", "unreachable", "stopped"];
-export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.updated", "service.status_changed", "service.deleted"];
+export const eventTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["EventType"]> = ["instance.created", "instance.running", "instance.stopped", "instance.error", "instance.deleted", "instance.renamed", "instance.checkpointed", "instance.setup_completed", "command.started", "command.completed", "snapshot.created", "snapshot.ready", "snapshot.failed", "snapshot.deleted", "webhook.created", "webhook.updated", "webhook.deleted", "webhook.test", "alert.raised", "alert.acknowledged", "api_token.created", "api_token.revoked", "device_key.added", "device_key.deleted", "session.created", "session.revoked", "account.updated", "account.deletion_requested", "image.created", "image.built", "image.deleted", "environment.created", "environment.updated", "service.created", "service.updated", "service.status_changed", "service.deleted"];
 export const execCompletionStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecCompletionStatus"]> = ["exited", "signaled", "timed_out", "cancelled", "output_limit_exceeded"];
 export const execOutputEventStreamValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ExecOutputEvent"]["stream"]> = ["stdout", "stderr"];
 export const hostedServiceResponseAccessValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["HostedServiceResponse"]["access"]> = ["account", "public"];

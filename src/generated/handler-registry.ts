@@ -18,6 +18,7 @@ import { handler as CreateImage } from '../../handlers/CreateImage';
 import { handler as CreateInstance } from '../../handlers/CreateInstance';
 import { handler as CreateService } from '../../handlers/CreateService';
 import { handler as CreateServiceToken } from '../../handlers/CreateServiceToken';
+import { handler as CreateSnapshot } from '../../handlers/CreateSnapshot';
 import { handler as CreateTerminalSession } from '../../handlers/CreateTerminalSession';
 import { handler as CreateWebhook } from '../../handlers/CreateWebhook';
 import { handler as DeleteAccount } from '../../handlers/DeleteAccount';
@@ -27,6 +28,7 @@ import { handler as DeleteImage } from '../../handlers/DeleteImage';
 import { handler as DeleteInstance } from '../../handlers/DeleteInstance';
 import { handler as DeleteService } from '../../handlers/DeleteService';
 import { handler as DeleteSession } from '../../handlers/DeleteSession';
+import { handler as DeleteSnapshot } from '../../handlers/DeleteSnapshot';
 import { handler as DeleteWebhook } from '../../handlers/DeleteWebhook';
 import { handler as DesktopPreflight } from '../../handlers/DesktopPreflight';
 import { handler as DesktopViewer } from '../../handlers/DesktopViewer';
@@ -57,6 +59,7 @@ import { handler as GetOpenApiDocument } from '../../handlers/GetOpenApiDocument
 import { handler as GetPlatformStatus } from '../../handlers/GetPlatformStatus';
 import { handler as GetRuntimeImage } from '../../handlers/GetRuntimeImage';
 import { handler as GetService } from '../../handlers/GetService';
+import { handler as GetSnapshot } from '../../handlers/GetSnapshot';
 import { handler as GetSshHostKey } from '../../handlers/GetSshHostKey';
 import { handler as GetStatus } from '../../handlers/GetStatus';
 import { handler as GetWebhook } from '../../handlers/GetWebhook';
@@ -74,6 +77,7 @@ import { handler as ListImages } from '../../handlers/ListImages';
 import { handler as ListInstances } from '../../handlers/ListInstances';
 import { handler as ListServices } from '../../handlers/ListServices';
 import { handler as ListSessions } from '../../handlers/ListSessions';
+import { handler as ListSnapshots } from '../../handlers/ListSnapshots';
 import { handler as ListWebhookDeliveries } from '../../handlers/ListWebhookDeliveries';
 import { handler as ListWebhooks } from '../../handlers/ListWebhooks';
 import { handler as Login } from '../../handlers/Login';
@@ -118,6 +122,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   CreateInstance,
   CreateService,
   CreateServiceToken,
+  CreateSnapshot,
   CreateTerminalSession,
   CreateWebhook,
   DeleteAccount,
@@ -127,6 +132,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   DeleteInstance,
   DeleteService,
   DeleteSession,
+  DeleteSnapshot,
   DeleteWebhook,
   DesktopPreflight,
   DesktopViewer,
@@ -157,6 +163,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   GetPlatformStatus,
   GetRuntimeImage,
   GetService,
+  GetSnapshot,
   GetSshHostKey,
   GetStatus,
   GetWebhook,
@@ -174,6 +181,7 @@ export const handlers: { [K in ImplementedOperationId]: Handler<K> } = {
   ListInstances,
   ListServices,
   ListSessions,
+  ListSnapshots,
   ListWebhookDeliveries,
   ListWebhooks,
   Login,

@@ -489,6 +489,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/machines/{id}/from-snapshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new machine under this id from a named snapshot's files on this worker */
+        post: operations["CreateMachineFromSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/machines/{id}/identity": {
         parameters: {
             query?: never;
@@ -638,6 +655,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/w1/machines/{id}/snapshots/{snapshot}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Keeps the machine's disk (and with memory its memory) in a named snapshot's files */
+        post: operations["TakeSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/w1/machines/{id}/stop": {
         parameters: {
             query?: never;
@@ -650,6 +684,23 @@ export interface paths {
         /** Stops the machine, its memory saved first when asked */
         post: operations["StopMachine"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/w1/snapshots/{snapshot}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Removes a named snapshot's files (a disk machines still back onto stays until they are gone) */
+        delete: operations["DeleteSnapshot"];
         options?: never;
         head?: never;
         patch?: never;
@@ -739,6 +790,14 @@ export interface components {
             memory: boolean;
             shape: components["schemas"]["MachineShape"];
             source_id: string;
+        };
+        FromSnapshotRequest: {
+            boot_image: components["schemas"]["HostImage"];
+            identity: components["schemas"]["GuestIdentity"];
+            memory: boolean;
+            memory_image: components["schemas"]["HostImage"];
+            shape: components["schemas"]["MachineShape"];
+            snapshot_id: string;
         };
         GuestIdentity: {
             authorized_keys: string[];
@@ -939,11 +998,20 @@ export interface components {
             }[];
             source_paused_ms?: number;
             /** @enum {string} */
-            started_from?: "boot" | "snapshot" | "memory";
+            started_from?: "boot" | "snapshot" | "memory" | "snapshot_memory" | "snapshot_disk";
         };
         StartRequest: {
             identity: components["schemas"]["GuestIdentity"];
             image: components["schemas"]["HostImage"];
+            shape: components["schemas"]["MachineShape"];
+        };
+        TakenSnapshot: {
+            memory: boolean;
+            paused_ms: number;
+            size_bytes: number;
+        };
+        TakeSnapshotRequest: {
+            memory: boolean;
             shape: components["schemas"]["MachineShape"];
         };
         WorkerChecks: {
@@ -1056,6 +1124,7 @@ export interface components {
     parameters: {
         ExecId: string;
         MachineId: string;
+        SnapshotId: string;
     };
     requestBodies: never;
     headers: never;
@@ -1756,6 +1825,37 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    CreateMachineFromSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FromSnapshotRequest"];
+            };
+        };
+        responses: {
+            /** @description It runs. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedMachine"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
+            500: components["responses"]["Failed"];
+        };
+    };
     RefreshIdentity: {
         parameters: {
             query?: never;
@@ -1939,6 +2039,38 @@ export interface operations {
             500: components["responses"]["Failed"];
         };
     };
+    TakeSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["MachineId"];
+                snapshot: components["parameters"]["SnapshotId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TakeSnapshotRequest"];
+            };
+        };
+        responses: {
+            /** @description The snapshot's files are whole. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TakenSnapshot"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
+            500: components["responses"]["Failed"];
+        };
+    };
     StopMachine: {
         parameters: {
             query?: never;
@@ -1967,6 +2099,25 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["StaleEpoch"];
+            500: components["responses"]["Failed"];
+        };
+    };
+    DeleteSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                snapshot: components["parameters"]["SnapshotId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["Done"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
@@ -2020,6 +2171,6 @@ export const machineMoveStartFilesRoleValues: ReadonlyArray<FlattenedDeepRequire
 export const screenVideoCommandOneOf0TypeValues: ReadonlyArray<Extract<FlattenedDeepRequired<components>["schemas"]["ScreenVideoCommand"], {
     type: unknown;
 }>["type"]> = ["start", "keyframe"];
-export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory"];
+export const startedMachineStarted_fromValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["StartedMachine"]["started_from"]> = ["boot", "snapshot", "memory", "snapshot_memory", "snapshot_disk"];
 export const workerErrorErrorCodeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerError"]["error"]["code"]> = ["unauthorized", "not_found", "bad_request", "internal", "failed", "stale_epoch"];
 export const workerHelloAdoptionStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WorkerHello"]["adoption"]["state"]> = ["unadopted", "pending", "removing", "done", "partial", "failed"];

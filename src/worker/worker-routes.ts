@@ -52,6 +52,7 @@ interface Route {
 }
 
 const ID = '([A-Za-z0-9-]{1,80})';
+const SNAPSHOT_ID = '([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})';
 const EXEC = '([0-9a-f]{32})';
 /** worker-api.yaml's ImageVersion: a letter or digit first, so never `.` or `..`. */
 const VERSION = '([A-Za-z0-9][A-Za-z0-9._-]{0,79})';
@@ -178,6 +179,26 @@ const ROUTES: Route[] = [
       const forked = await host.fork(request.source_id, id!, fromWire.image(request.image), fromWire.shape(request.shape), fromWire.identity(request.identity), { memory: request.memory });
       return wire.started(forked);
     },
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/snapshots/${SNAPSHOT_ID}$`), operationId: 'TakeSnapshot',
+    run: async ({ host }, [, id, snapshotId], body) => {
+      const request = body as Wire['TakeSnapshotRequest'];
+      const taken = await host.takeSnapshot(id!, snapshotId!, fromWire.shape(request.shape), { memory: request.memory });
+      return { memory: taken.memory, size_bytes: taken.sizeBytes, paused_ms: Math.round(taken.pausedMs) } satisfies Wire['TakenSnapshot'];
+    },
+  },
+  {
+    method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/from-snapshot$`), operationId: 'CreateMachineFromSnapshot',
+    run: async ({ host }, [, id], body) => {
+      const request = body as Wire['FromSnapshotRequest'];
+      const images = { memory: fromWire.image(request.memory_image), boot: fromWire.image(request.boot_image) };
+      return wire.started(await host.createFromSnapshot(id!, request.snapshot_id, images, fromWire.shape(request.shape), fromWire.identity(request.identity), { memory: request.memory }));
+    },
+  },
+  {
+    method: 'DELETE', pattern: new RegExp(`^/w1/snapshots/${SNAPSHOT_ID}$`), operationId: 'DeleteSnapshot',
+    run: async ({ host }, [, snapshotId]) => (await host.deleteSnapshot({ id: snapshotId!, workerId: null }), done),
   },
   ...(['boot', 'resume'] as const).map((how): Route => ({
     method: 'POST', pattern: new RegExp(`^/w1/machines/${ID}/${how}$`), operationId: how === 'boot' ? 'BootMachine' : 'ResumeMachine',

@@ -277,7 +277,6 @@ describe('HTTP rules', () => {
 
   describe('operations not implemented yet', () => {
     it.each([
-      ['GET', '/v1/snapshots', 'ListSnapshots'],
       ['GET', '/v1/billing', 'GetBilling'],
       ['GET', '/v1/billing/invoices', 'ListInvoices'],
     ] as const)('%s %s answers 501 P09 signed in and 401 A01 without credentials', async (method, path, id) => {

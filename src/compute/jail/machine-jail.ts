@@ -81,6 +81,8 @@ export interface MachineJail {
    * access its source did not have.
    */
   shareLayers(id: string, sourceId: string, files: string[]): Promise<void>;
+  /** Its user may read these files (a named snapshot's disk its own disk backs onto); releaseLayers takes that back. */
+  grantRead(id: string, files: string[]): Promise<void>;
   /** At delete: layers another chain still uses lose every access of this machine's user. */
   releaseLayers(id: string, files: string[]): Promise<void>;
   /** Before QEMU starts: limits applied, its view of `files` made, run folder handed to the user; the launch wrapper. */
@@ -215,6 +217,10 @@ export class HostJail implements MachineJail {
     for (const file of files) {
       if (!(await readableBy(file, source.uid))) throw new Error(`the disk of ${sourceId} names ${file}, which is not its own to share`);
     }
+    await grant(files, { uid: this.userOf(id).uid }, 'r');
+  }
+
+  async grantRead(id: string, files: string[]): Promise<void> {
     await grant(files, { uid: this.userOf(id).uid }, 'r');
   }
 

@@ -12,7 +12,7 @@
 // A pid from a pid file is only trusted after /proc/<pid>/cmdline shows both (pids are reused), and
 // orphan reaping only considers processes whose pid file lies under the given machines root, so
 // other QEMUs on the host (and other test runs) are never touched.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, constants, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { basename, dirname, relative, isAbsolute } from 'node:path';
 import { buildQemuArgs, MachineSpec, processName } from './command-line';
@@ -105,6 +105,14 @@ const QEMU_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 export function qemuBinary(): string {
   return process.env.KISTE_QEMU_BINARY ?? 'qemu-system-x86_64';
+}
+
+let build: string | undefined;
+
+/** The QEMU build that runs machines (`QEMU emulator version …`): a saved memory image is restored only by the same one. */
+export function qemuBuild(): string {
+  build ??= execFileSync(qemuBinary(), ['--version'], { encoding: 'utf8' }).split('\n')[0]!.trim();
+  return build;
 }
 
 /** Starts QEMU detached and returns once its QMP monitor has answered. */

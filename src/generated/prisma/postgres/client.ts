@@ -184,3 +184,9 @@ export type HostedService = Prisma.HostedServiceModel
  * the cookie the proxy trades it for, or a token for clients without cookies. Only hashes are kept.
  */
 export type ServiceCredential = Prisma.ServiceCredentialModel
+/**
+ * Model Snapshot
+ * A named snapshot of a machine's disk (and memory), docs/snapshots.md. It outlives its machine:
+ * deleting the machine leaves instanceId null. Its files live on the host (worker) that took it.
+ */
+export type Snapshot = Prisma.SnapshotModel

@@ -298,6 +298,7 @@ export type AccountWhereInput = {
   images?: Prisma.ImageListRelationFilter
   hostedServices?: Prisma.HostedServiceListRelationFilter
   serviceCredentials?: Prisma.ServiceCredentialListRelationFilter
+  snapshots?: Prisma.SnapshotListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }
@@ -333,6 +334,7 @@ export type AccountOrderByWithRelationInput = {
   images?: Prisma.ImageOrderByRelationAggregateInput
   hostedServices?: Prisma.HostedServiceOrderByRelationAggregateInput
   serviceCredentials?: Prisma.ServiceCredentialOrderByRelationAggregateInput
+  snapshots?: Prisma.SnapshotOrderByRelationAggregateInput
   environments?: Prisma.EnvironmentOrderByRelationAggregateInput
   environmentVersions?: Prisma.EnvironmentVersionOrderByRelationAggregateInput
 }
@@ -371,6 +373,7 @@ export type AccountWhereUniqueInput = Prisma.AtLeast<{
   images?: Prisma.ImageListRelationFilter
   hostedServices?: Prisma.HostedServiceListRelationFilter
   serviceCredentials?: Prisma.ServiceCredentialListRelationFilter
+  snapshots?: Prisma.SnapshotListRelationFilter
   environments?: Prisma.EnvironmentListRelationFilter
   environmentVersions?: Prisma.EnvironmentVersionListRelationFilter
 }, "id" | "email">
@@ -444,6 +447,7 @@ export type AccountCreateInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -479,6 +483,7 @@ export type AccountUncheckedCreateInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -514,6 +519,7 @@ export type AccountUpdateInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -549,6 +555,7 @@ export type AccountUncheckedUpdateInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -972,6 +979,20 @@ export type AccountUpdateOneRequiredWithoutServiceCredentialsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutServiceCredentialsInput, Prisma.AccountUpdateWithoutServiceCredentialsInput>, Prisma.AccountUncheckedUpdateWithoutServiceCredentialsInput>
 }
 
+export type AccountCreateNestedOneWithoutSnapshotsInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutSnapshotsInput, Prisma.AccountUncheckedCreateWithoutSnapshotsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutSnapshotsInput
+  connect?: Prisma.AccountWhereUniqueInput
+}
+
+export type AccountUpdateOneRequiredWithoutSnapshotsNestedInput = {
+  create?: Prisma.XOR<Prisma.AccountCreateWithoutSnapshotsInput, Prisma.AccountUncheckedCreateWithoutSnapshotsInput>
+  connectOrCreate?: Prisma.AccountCreateOrConnectWithoutSnapshotsInput
+  upsert?: Prisma.AccountUpsertWithoutSnapshotsInput
+  connect?: Prisma.AccountWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AccountUpdateToOneWithWhereWithoutSnapshotsInput, Prisma.AccountUpdateWithoutSnapshotsInput>, Prisma.AccountUncheckedUpdateWithoutSnapshotsInput>
+}
+
 export type AccountCreateWithoutSessionsInput = {
   id: string
   email: string
@@ -1002,6 +1023,7 @@ export type AccountCreateWithoutSessionsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1036,6 +1058,7 @@ export type AccountUncheckedCreateWithoutSessionsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1086,6 +1109,7 @@ export type AccountUpdateWithoutSessionsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1120,6 +1144,7 @@ export type AccountUncheckedUpdateWithoutSessionsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1154,6 +1179,7 @@ export type AccountCreateWithoutKnownBrowsersInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1188,6 +1214,7 @@ export type AccountUncheckedCreateWithoutKnownBrowsersInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1238,6 +1265,7 @@ export type AccountUpdateWithoutKnownBrowsersInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1272,6 +1300,7 @@ export type AccountUncheckedUpdateWithoutKnownBrowsersInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1306,6 +1335,7 @@ export type AccountCreateWithoutApiTokensInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1340,6 +1370,7 @@ export type AccountUncheckedCreateWithoutApiTokensInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1390,6 +1421,7 @@ export type AccountUpdateWithoutApiTokensInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1424,6 +1456,7 @@ export type AccountUncheckedUpdateWithoutApiTokensInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1458,6 +1491,7 @@ export type AccountCreateWithoutOauthCodesInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1492,6 +1526,7 @@ export type AccountUncheckedCreateWithoutOauthCodesInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1542,6 +1577,7 @@ export type AccountUpdateWithoutOauthCodesInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1576,6 +1612,7 @@ export type AccountUncheckedUpdateWithoutOauthCodesInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1610,6 +1647,7 @@ export type AccountCreateWithoutDeviceKeysInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1644,6 +1682,7 @@ export type AccountUncheckedCreateWithoutDeviceKeysInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1694,6 +1733,7 @@ export type AccountUpdateWithoutDeviceKeysInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1728,6 +1768,7 @@ export type AccountUncheckedUpdateWithoutDeviceKeysInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1762,6 +1803,7 @@ export type AccountCreateWithoutExportLinksInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1796,6 +1838,7 @@ export type AccountUncheckedCreateWithoutExportLinksInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1846,6 +1889,7 @@ export type AccountUpdateWithoutExportLinksInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -1880,6 +1924,7 @@ export type AccountUncheckedUpdateWithoutExportLinksInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -1914,6 +1959,7 @@ export type AccountCreateWithoutEventsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -1948,6 +1994,7 @@ export type AccountUncheckedCreateWithoutEventsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -1998,6 +2045,7 @@ export type AccountUpdateWithoutEventsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2032,6 +2080,7 @@ export type AccountUncheckedUpdateWithoutEventsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2066,6 +2115,7 @@ export type AccountCreateWithoutInstancesInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2100,6 +2150,7 @@ export type AccountUncheckedCreateWithoutInstancesInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2150,6 +2201,7 @@ export type AccountUpdateWithoutInstancesInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2184,6 +2236,7 @@ export type AccountUncheckedUpdateWithoutInstancesInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2218,6 +2271,7 @@ export type AccountCreateWithoutCommandsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2252,6 +2306,7 @@ export type AccountUncheckedCreateWithoutCommandsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2302,6 +2357,7 @@ export type AccountUpdateWithoutCommandsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2336,6 +2392,7 @@ export type AccountUncheckedUpdateWithoutCommandsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2370,6 +2427,7 @@ export type AccountCreateWithoutWebhooksInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2404,6 +2462,7 @@ export type AccountUncheckedCreateWithoutWebhooksInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2454,6 +2513,7 @@ export type AccountUpdateWithoutWebhooksInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2488,6 +2548,7 @@ export type AccountUncheckedUpdateWithoutWebhooksInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2522,6 +2583,7 @@ export type AccountCreateWithoutDeliveriesInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2556,6 +2618,7 @@ export type AccountUncheckedCreateWithoutDeliveriesInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2606,6 +2669,7 @@ export type AccountUpdateWithoutDeliveriesInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2640,6 +2704,7 @@ export type AccountUncheckedUpdateWithoutDeliveriesInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2674,6 +2739,7 @@ export type AccountCreateWithoutAlertsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2708,6 +2774,7 @@ export type AccountUncheckedCreateWithoutAlertsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2758,6 +2825,7 @@ export type AccountUpdateWithoutAlertsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2792,6 +2860,7 @@ export type AccountUncheckedUpdateWithoutAlertsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2826,6 +2895,7 @@ export type AccountCreateWithoutAlertPreferencesInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -2860,6 +2930,7 @@ export type AccountUncheckedCreateWithoutAlertPreferencesInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -2910,6 +2981,7 @@ export type AccountUpdateWithoutAlertPreferencesInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -2944,6 +3016,7 @@ export type AccountUncheckedUpdateWithoutAlertPreferencesInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -2978,6 +3051,7 @@ export type AccountCreateWithoutDesktopLinksInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3012,6 +3086,7 @@ export type AccountUncheckedCreateWithoutDesktopLinksInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3062,6 +3137,7 @@ export type AccountUpdateWithoutDesktopLinksInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3096,6 +3172,7 @@ export type AccountUncheckedUpdateWithoutDesktopLinksInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3130,6 +3207,7 @@ export type AccountCreateWithoutDesktopSessionsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3164,6 +3242,7 @@ export type AccountUncheckedCreateWithoutDesktopSessionsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3214,6 +3293,7 @@ export type AccountUpdateWithoutDesktopSessionsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3248,6 +3328,7 @@ export type AccountUncheckedUpdateWithoutDesktopSessionsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3282,6 +3363,7 @@ export type AccountCreateWithoutImagesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3316,6 +3398,7 @@ export type AccountUncheckedCreateWithoutImagesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3366,6 +3449,7 @@ export type AccountUpdateWithoutImagesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3400,6 +3484,7 @@ export type AccountUncheckedUpdateWithoutImagesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3435,6 +3520,7 @@ export type AccountCreateWithoutEnvironmentsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
 
@@ -3469,6 +3555,7 @@ export type AccountUncheckedCreateWithoutEnvironmentsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3519,6 +3606,7 @@ export type AccountUpdateWithoutEnvironmentsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
 
@@ -3553,6 +3641,7 @@ export type AccountUncheckedUpdateWithoutEnvironmentsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
 
@@ -3587,6 +3676,7 @@ export type AccountCreateWithoutEnvironmentVersionsInput = {
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
 }
 
@@ -3621,6 +3711,7 @@ export type AccountUncheckedCreateWithoutEnvironmentVersionsInput = {
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
 }
 
@@ -3671,6 +3762,7 @@ export type AccountUpdateWithoutEnvironmentVersionsInput = {
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
 }
 
@@ -3705,6 +3797,7 @@ export type AccountUncheckedUpdateWithoutEnvironmentVersionsInput = {
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
 }
 
@@ -3738,6 +3831,7 @@ export type AccountCreateWithoutHostedServicesInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3772,6 +3866,7 @@ export type AccountUncheckedCreateWithoutHostedServicesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3822,6 +3917,7 @@ export type AccountUpdateWithoutHostedServicesInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -3856,6 +3952,7 @@ export type AccountUncheckedUpdateWithoutHostedServicesInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -3890,6 +3987,7 @@ export type AccountCreateWithoutServiceCredentialsInput = {
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
 }
@@ -3924,6 +4022,7 @@ export type AccountUncheckedCreateWithoutServiceCredentialsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
   images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutAccountInput
   environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
 }
@@ -3974,6 +4073,7 @@ export type AccountUpdateWithoutServiceCredentialsInput = {
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
 }
@@ -4008,6 +4108,163 @@ export type AccountUncheckedUpdateWithoutServiceCredentialsInput = {
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
   images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountCreateWithoutSnapshotsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionCreateNestedManyWithoutAccountInput
+}
+
+export type AccountUncheckedCreateWithoutSnapshotsInput = {
+  id: string
+  email: string
+  name?: string | null
+  passwordHash: string
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  signInLockedAt?: Date | string | null
+  failedSignIns?: number
+  failedSignInsSince?: Date | string | null
+  eventSequence?: bigint | number
+  eventsPrunedThrough?: bigint | number
+  deletionRequestedAt?: Date | string | null
+  sessions?: Prisma.SessionUncheckedCreateNestedManyWithoutAccountInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedCreateNestedManyWithoutAccountInput
+  apiTokens?: Prisma.ApiTokenUncheckedCreateNestedManyWithoutAccountInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedCreateNestedManyWithoutAccountInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedCreateNestedManyWithoutAccountInput
+  exportLinks?: Prisma.ExportLinkUncheckedCreateNestedManyWithoutAccountInput
+  events?: Prisma.EventUncheckedCreateNestedManyWithoutAccountInput
+  instances?: Prisma.InstanceUncheckedCreateNestedManyWithoutAccountInput
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutAccountInput
+  webhooks?: Prisma.WebhookEndpointUncheckedCreateNestedManyWithoutAccountInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedCreateNestedManyWithoutAccountInput
+  alerts?: Prisma.AlertUncheckedCreateNestedManyWithoutAccountInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedCreateNestedManyWithoutAccountInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutAccountInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutAccountInput
+  images?: Prisma.ImageUncheckedCreateNestedManyWithoutAccountInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutAccountInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedCreateNestedManyWithoutAccountInput
+  environments?: Prisma.EnvironmentUncheckedCreateNestedManyWithoutAccountInput
+  environmentVersions?: Prisma.EnvironmentVersionUncheckedCreateNestedManyWithoutAccountInput
+}
+
+export type AccountCreateOrConnectWithoutSnapshotsInput = {
+  where: Prisma.AccountWhereUniqueInput
+  create: Prisma.XOR<Prisma.AccountCreateWithoutSnapshotsInput, Prisma.AccountUncheckedCreateWithoutSnapshotsInput>
+}
+
+export type AccountUpsertWithoutSnapshotsInput = {
+  update: Prisma.XOR<Prisma.AccountUpdateWithoutSnapshotsInput, Prisma.AccountUncheckedUpdateWithoutSnapshotsInput>
+  create: Prisma.XOR<Prisma.AccountCreateWithoutSnapshotsInput, Prisma.AccountUncheckedCreateWithoutSnapshotsInput>
+  where?: Prisma.AccountWhereInput
+}
+
+export type AccountUpdateToOneWithWhereWithoutSnapshotsInput = {
+  where?: Prisma.AccountWhereInput
+  data: Prisma.XOR<Prisma.AccountUpdateWithoutSnapshotsInput, Prisma.AccountUncheckedUpdateWithoutSnapshotsInput>
+}
+
+export type AccountUpdateWithoutSnapshotsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUpdateManyWithoutAccountNestedInput
+  environments?: Prisma.EnvironmentUpdateManyWithoutAccountNestedInput
+  environmentVersions?: Prisma.EnvironmentVersionUpdateManyWithoutAccountNestedInput
+}
+
+export type AccountUncheckedUpdateWithoutSnapshotsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  email?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  passwordHash?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  signInLockedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  failedSignIns?: Prisma.IntFieldUpdateOperationsInput | number
+  failedSignInsSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  eventSequence?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  eventsPrunedThrough?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  deletionRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessions?: Prisma.SessionUncheckedUpdateManyWithoutAccountNestedInput
+  knownBrowsers?: Prisma.KnownBrowserUncheckedUpdateManyWithoutAccountNestedInput
+  apiTokens?: Prisma.ApiTokenUncheckedUpdateManyWithoutAccountNestedInput
+  oauthCodes?: Prisma.OAuthCodeUncheckedUpdateManyWithoutAccountNestedInput
+  deviceKeys?: Prisma.DeviceKeyUncheckedUpdateManyWithoutAccountNestedInput
+  exportLinks?: Prisma.ExportLinkUncheckedUpdateManyWithoutAccountNestedInput
+  events?: Prisma.EventUncheckedUpdateManyWithoutAccountNestedInput
+  instances?: Prisma.InstanceUncheckedUpdateManyWithoutAccountNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutAccountNestedInput
+  webhooks?: Prisma.WebhookEndpointUncheckedUpdateManyWithoutAccountNestedInput
+  deliveries?: Prisma.WebhookDeliveryUncheckedUpdateManyWithoutAccountNestedInput
+  alerts?: Prisma.AlertUncheckedUpdateManyWithoutAccountNestedInput
+  alertPreferences?: Prisma.AlertPreferenceUncheckedUpdateManyWithoutAccountNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutAccountNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutAccountNestedInput
+  images?: Prisma.ImageUncheckedUpdateManyWithoutAccountNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutAccountNestedInput
+  serviceCredentials?: Prisma.ServiceCredentialUncheckedUpdateManyWithoutAccountNestedInput
   environments?: Prisma.EnvironmentUncheckedUpdateManyWithoutAccountNestedInput
   environmentVersions?: Prisma.EnvironmentVersionUncheckedUpdateManyWithoutAccountNestedInput
 }
@@ -4036,6 +4293,7 @@ export type AccountCountOutputType = {
   images: number
   hostedServices: number
   serviceCredentials: number
+  snapshots: number
   environments: number
   environmentVersions: number
 }
@@ -4059,6 +4317,7 @@ export type AccountCountOutputTypeSelect<ExtArgs extends runtime.Types.Extension
   images?: boolean | AccountCountOutputTypeCountImagesArgs
   hostedServices?: boolean | AccountCountOutputTypeCountHostedServicesArgs
   serviceCredentials?: boolean | AccountCountOutputTypeCountServiceCredentialsArgs
+  snapshots?: boolean | AccountCountOutputTypeCountSnapshotsArgs
   environments?: boolean | AccountCountOutputTypeCountEnvironmentsArgs
   environmentVersions?: boolean | AccountCountOutputTypeCountEnvironmentVersionsArgs
 }
@@ -4202,6 +4461,13 @@ export type AccountCountOutputTypeCountServiceCredentialsArgs<ExtArgs extends ru
 /**
  * AccountCountOutputType without action
  */
+export type AccountCountOutputTypeCountSnapshotsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.SnapshotWhereInput
+}
+
+/**
+ * AccountCountOutputType without action
+ */
 export type AccountCountOutputTypeCountEnvironmentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   where?: Prisma.EnvironmentWhereInput
 }
@@ -4245,6 +4511,7 @@ export type AccountSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
   hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
   serviceCredentials?: boolean | Prisma.Account$serviceCredentialsArgs<ExtArgs>
+  snapshots?: boolean | Prisma.Account$snapshotsArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -4315,6 +4582,7 @@ export type AccountInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs
   images?: boolean | Prisma.Account$imagesArgs<ExtArgs>
   hostedServices?: boolean | Prisma.Account$hostedServicesArgs<ExtArgs>
   serviceCredentials?: boolean | Prisma.Account$serviceCredentialsArgs<ExtArgs>
+  snapshots?: boolean | Prisma.Account$snapshotsArgs<ExtArgs>
   environments?: boolean | Prisma.Account$environmentsArgs<ExtArgs>
   environmentVersions?: boolean | Prisma.Account$environmentVersionsArgs<ExtArgs>
   _count?: boolean | Prisma.AccountCountOutputTypeDefaultArgs<ExtArgs>
@@ -4343,6 +4611,7 @@ export type $AccountPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     images: Prisma.$ImagePayload<ExtArgs>[]
     hostedServices: Prisma.$HostedServicePayload<ExtArgs>[]
     serviceCredentials: Prisma.$ServiceCredentialPayload<ExtArgs>[]
+    snapshots: Prisma.$SnapshotPayload<ExtArgs>[]
     environments: Prisma.$EnvironmentPayload<ExtArgs>[]
     environmentVersions: Prisma.$EnvironmentVersionPayload<ExtArgs>[]
   }
@@ -4786,6 +5055,7 @@ export interface Prisma__AccountClient<T, Null = never, ExtArgs extends runtime.
   images<T extends Prisma.Account$imagesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$imagesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ImagePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   hostedServices<T extends Prisma.Account$hostedServicesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$hostedServicesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$HostedServicePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   serviceCredentials<T extends Prisma.Account$serviceCredentialsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$serviceCredentialsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ServiceCredentialPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  snapshots<T extends Prisma.Account$snapshotsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$snapshotsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$SnapshotPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environments<T extends Prisma.Account$environmentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   environmentVersions<T extends Prisma.Account$environmentVersionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Account$environmentVersionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$EnvironmentVersionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
@@ -5651,6 +5921,30 @@ export type Account$serviceCredentialsArgs<ExtArgs extends runtime.Types.Extensi
   take?: number
   skip?: number
   distinct?: Prisma.ServiceCredentialScalarFieldEnum | Prisma.ServiceCredentialScalarFieldEnum[]
+}
+
+/**
+ * Account.snapshots
+ */
+export type Account$snapshotsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Snapshot
+   */
+  select?: Prisma.SnapshotSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Snapshot
+   */
+  omit?: Prisma.SnapshotOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.SnapshotInclude<ExtArgs> | null
+  where?: Prisma.SnapshotWhereInput
+  orderBy?: Prisma.SnapshotOrderByWithRelationInput | Prisma.SnapshotOrderByWithRelationInput[]
+  cursor?: Prisma.SnapshotWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.SnapshotScalarFieldEnum | Prisma.SnapshotScalarFieldEnum[]
 }
 
 /**

@@ -76,7 +76,8 @@ export const ModelName = {
   RequestBudgetWindow: 'RequestBudgetWindow',
   Worker: 'Worker',
   HostedService: 'HostedService',
-  ServiceCredential: 'ServiceCredential'
+  ServiceCredential: 'ServiceCredential',
+  Snapshot: 'Snapshot'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -263,6 +264,8 @@ export const InstanceScalarFieldEnum = {
   operationOwner: 'operationOwner',
   errorMessage: 'errorMessage',
   workerId: 'workerId',
+  startedFrom: 'startedFrom',
+  fromSnapshotId: 'fromSnapshotId',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -523,6 +526,33 @@ export const ServiceCredentialScalarFieldEnum = {
 } as const
 
 export type ServiceCredentialScalarFieldEnum = (typeof ServiceCredentialScalarFieldEnum)[keyof typeof ServiceCredentialScalarFieldEnum]
+
+
+export const SnapshotScalarFieldEnum = {
+  id: 'id',
+  accountId: 'accountId',
+  name: 'name',
+  instanceId: 'instanceId',
+  instanceName: 'instanceName',
+  image: 'image',
+  status: 'status',
+  memory: 'memory',
+  vcpu: 'vcpu',
+  memoryMib: 'memoryMib',
+  diskMib: 'diskMib',
+  imageProfile: 'imageProfile',
+  imageVersion: 'imageVersion',
+  artifactKey: 'artifactKey',
+  sizeBytes: 'sizeBytes',
+  progress: 'progress',
+  error: 'error',
+  workerId: 'workerId',
+  takenBy: 'takenBy',
+  createdAt: 'createdAt',
+  readyAt: 'readyAt'
+} as const
+
+export type SnapshotScalarFieldEnum = (typeof SnapshotScalarFieldEnum)[keyof typeof SnapshotScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -68,6 +68,8 @@ export type InstanceMinAggregateOutputType = {
   operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
+  startedFrom: string | null
+  fromSnapshotId: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -100,6 +102,8 @@ export type InstanceMaxAggregateOutputType = {
   operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
+  startedFrom: string | null
+  fromSnapshotId: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -135,6 +139,8 @@ export type InstanceCountAggregateOutputType = {
   operationOwner: number
   errorMessage: number
   workerId: number
+  startedFrom: number
+  fromSnapshotId: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -183,6 +189,8 @@ export type InstanceMinAggregateInputType = {
   operationOwner?: true
   errorMessage?: true
   workerId?: true
+  startedFrom?: true
+  fromSnapshotId?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -215,6 +223,8 @@ export type InstanceMaxAggregateInputType = {
   operationOwner?: true
   errorMessage?: true
   workerId?: true
+  startedFrom?: true
+  fromSnapshotId?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -250,6 +260,8 @@ export type InstanceCountAggregateInputType = {
   operationOwner?: true
   errorMessage?: true
   workerId?: true
+  startedFrom?: true
+  fromSnapshotId?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -372,6 +384,8 @@ export type InstanceGroupByOutputType = {
   operationOwner: string | null
   errorMessage: string | null
   workerId: string | null
+  startedFrom: string | null
+  fromSnapshotId: string | null
   createdAt: Date
   updatedAt: Date
   _count: InstanceCountAggregateOutputType | null
@@ -430,10 +444,13 @@ export type InstanceWhereInput = {
   operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  startedFrom?: Prisma.StringNullableFilter<"Instance"> | string | null
+  fromSnapshotId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   worker?: Prisma.XOR<Prisma.WorkerNullableScalarRelationFilter, Prisma.WorkerWhereInput> | null
+  snapshots?: Prisma.SnapshotListRelationFilter
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
@@ -472,10 +489,13 @@ export type InstanceOrderByWithRelationInput = {
   operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
+  startedFrom?: Prisma.SortOrderInput | Prisma.SortOrder
+  fromSnapshotId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   account?: Prisma.AccountOrderByWithRelationInput
   worker?: Prisma.WorkerOrderByWithRelationInput
+  snapshots?: Prisma.SnapshotOrderByRelationAggregateInput
   commands?: Prisma.CommandOrderByRelationAggregateInput
   desktopLinks?: Prisma.DesktopLinkOrderByRelationAggregateInput
   desktopSessions?: Prisma.DesktopSessionOrderByRelationAggregateInput
@@ -518,10 +538,13 @@ export type InstanceWhereUniqueInput = Prisma.AtLeast<{
   operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  startedFrom?: Prisma.StringNullableFilter<"Instance"> | string | null
+  fromSnapshotId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   account?: Prisma.XOR<Prisma.AccountScalarRelationFilter, Prisma.AccountWhereInput>
   worker?: Prisma.XOR<Prisma.WorkerNullableScalarRelationFilter, Prisma.WorkerWhereInput> | null
+  snapshots?: Prisma.SnapshotListRelationFilter
   commands?: Prisma.CommandListRelationFilter
   desktopLinks?: Prisma.DesktopLinkListRelationFilter
   desktopSessions?: Prisma.DesktopSessionListRelationFilter
@@ -560,6 +583,8 @@ export type InstanceOrderByWithAggregationInput = {
   operationOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   errorMessage?: Prisma.SortOrderInput | Prisma.SortOrder
   workerId?: Prisma.SortOrderInput | Prisma.SortOrder
+  startedFrom?: Prisma.SortOrderInput | Prisma.SortOrder
+  fromSnapshotId?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.InstanceCountOrderByAggregateInput
@@ -603,6 +628,8 @@ export type InstanceScalarWhereWithAggregatesInput = {
   operationOwner?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
+  startedFrom?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
+  fromSnapshotId?: Prisma.StringNullableWithAggregatesFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Instance"> | Date | string
 }
@@ -636,10 +663,13 @@ export type InstanceCreateInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -678,8 +708,11 @@ export type InstanceUncheckedCreateInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
@@ -716,10 +749,13 @@ export type InstanceUpdateInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -758,8 +794,11 @@ export type InstanceUncheckedUpdateInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
@@ -798,6 +837,8 @@ export type InstanceCreateManyInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -831,6 +872,8 @@ export type InstanceUpdateManyMutationInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -866,6 +909,8 @@ export type InstanceUncheckedUpdateManyInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -916,6 +961,8 @@ export type InstanceCountOrderByAggregateInput = {
   operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
+  startedFrom?: Prisma.SortOrder
+  fromSnapshotId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -955,6 +1002,8 @@ export type InstanceMaxOrderByAggregateInput = {
   operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
+  startedFrom?: Prisma.SortOrder
+  fromSnapshotId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -987,6 +1036,8 @@ export type InstanceMinOrderByAggregateInput = {
   operationOwner?: Prisma.SortOrder
   errorMessage?: Prisma.SortOrder
   workerId?: Prisma.SortOrder
+  startedFrom?: Prisma.SortOrder
+  fromSnapshotId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -1001,6 +1052,11 @@ export type InstanceSumOrderByAggregateInput = {
 export type InstanceScalarRelationFilter = {
   is?: Prisma.InstanceWhereInput
   isNot?: Prisma.InstanceWhereInput
+}
+
+export type InstanceNullableScalarRelationFilter = {
+  is?: Prisma.InstanceWhereInput | null
+  isNot?: Prisma.InstanceWhereInput | null
 }
 
 export type InstanceCreateNestedManyWithoutAccountInput = {
@@ -1161,6 +1217,22 @@ export type InstanceUpdateOneRequiredWithoutHostedServicesNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutHostedServicesInput, Prisma.InstanceUpdateWithoutHostedServicesInput>, Prisma.InstanceUncheckedUpdateWithoutHostedServicesInput>
 }
 
+export type InstanceCreateNestedOneWithoutSnapshotsInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutSnapshotsInput, Prisma.InstanceUncheckedCreateWithoutSnapshotsInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutSnapshotsInput
+  connect?: Prisma.InstanceWhereUniqueInput
+}
+
+export type InstanceUpdateOneWithoutSnapshotsNestedInput = {
+  create?: Prisma.XOR<Prisma.InstanceCreateWithoutSnapshotsInput, Prisma.InstanceUncheckedCreateWithoutSnapshotsInput>
+  connectOrCreate?: Prisma.InstanceCreateOrConnectWithoutSnapshotsInput
+  upsert?: Prisma.InstanceUpsertWithoutSnapshotsInput
+  disconnect?: Prisma.InstanceWhereInput | boolean
+  delete?: Prisma.InstanceWhereInput | boolean
+  connect?: Prisma.InstanceWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.InstanceUpdateToOneWithWhereWithoutSnapshotsInput, Prisma.InstanceUpdateWithoutSnapshotsInput>, Prisma.InstanceUncheckedUpdateWithoutSnapshotsInput>
+}
+
 export type InstanceCreateWithoutAccountInput = {
   id: string
   name: string
@@ -1190,9 +1262,12 @@ export type InstanceCreateWithoutAccountInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -1230,8 +1305,11 @@ export type InstanceUncheckedCreateWithoutAccountInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
@@ -1298,6 +1376,8 @@ export type InstanceScalarWhereInput = {
   operationOwner?: Prisma.StringNullableFilter<"Instance"> | string | null
   errorMessage?: Prisma.StringNullableFilter<"Instance"> | string | null
   workerId?: Prisma.StringNullableFilter<"Instance"> | string | null
+  startedFrom?: Prisma.StringNullableFilter<"Instance"> | string | null
+  fromSnapshotId?: Prisma.StringNullableFilter<"Instance"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Instance"> | Date | string
 }
@@ -1331,10 +1411,13 @@ export type InstanceCreateWithoutCommandsInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
@@ -1372,8 +1455,11 @@ export type InstanceUncheckedCreateWithoutCommandsInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
@@ -1425,10 +1511,13 @@ export type InstanceUpdateWithoutCommandsInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
@@ -1466,8 +1555,11 @@ export type InstanceUncheckedUpdateWithoutCommandsInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1503,10 +1595,13 @@ export type InstanceCreateWithoutDesktopLinksInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
@@ -1544,8 +1639,11 @@ export type InstanceUncheckedCreateWithoutDesktopLinksInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
@@ -1597,10 +1695,13 @@ export type InstanceUpdateWithoutDesktopLinksInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
@@ -1638,8 +1739,11 @@ export type InstanceUncheckedUpdateWithoutDesktopLinksInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1675,10 +1779,13 @@ export type InstanceCreateWithoutDesktopSessionsInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
@@ -1716,8 +1823,11 @@ export type InstanceUncheckedCreateWithoutDesktopSessionsInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
@@ -1769,10 +1879,13 @@ export type InstanceUpdateWithoutDesktopSessionsInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
@@ -1810,8 +1923,11 @@ export type InstanceUncheckedUpdateWithoutDesktopSessionsInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
@@ -1847,10 +1963,13 @@ export type InstanceCreateWithoutSetupInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -1888,8 +2007,11 @@ export type InstanceUncheckedCreateWithoutSetupInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
@@ -1941,10 +2063,13 @@ export type InstanceUpdateWithoutSetupInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -1982,8 +2107,11 @@ export type InstanceUncheckedUpdateWithoutSetupInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
@@ -2019,9 +2147,12 @@ export type InstanceCreateWithoutWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -2059,8 +2190,11 @@ export type InstanceUncheckedCreateWithoutWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
@@ -2122,10 +2256,13 @@ export type InstanceCreateWithoutHostedServicesInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   account: Prisma.AccountCreateNestedOneWithoutInstancesInput
   worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  snapshots?: Prisma.SnapshotCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
@@ -2163,8 +2300,11 @@ export type InstanceUncheckedCreateWithoutHostedServicesInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  snapshots?: Prisma.SnapshotUncheckedCreateNestedManyWithoutInstanceInput
   commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
   desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
   desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
@@ -2216,10 +2356,13 @@ export type InstanceUpdateWithoutHostedServicesInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -2257,11 +2400,198 @@ export type InstanceUncheckedUpdateWithoutHostedServicesInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
+  commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceCreateWithoutSnapshotsInput = {
+  id: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
+  errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  account: Prisma.AccountCreateNestedOneWithoutInstancesInput
+  worker?: Prisma.WorkerCreateNestedOneWithoutInstancesInput
+  commands?: Prisma.CommandCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceUncheckedCreateWithoutSnapshotsInput = {
+  id: string
+  accountId: string
+  name: string
+  image: string
+  imageProfile: string
+  imageVersion?: string | null
+  artifactKey: string
+  status: string
+  desiredState: string
+  vcpu: number
+  memoryMib: number
+  diskMib: number
+  sshPublicKey: string
+  guestHostname: string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: number
+  imageId?: string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: string | null
+  expiresAt?: Date | string | null
+  lastCheckpointAt?: Date | string | null
+  sessionSaved?: boolean
+  setupStatus?: string
+  setupError?: string | null
+  operation?: string | null
+  operationStartedAt?: Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: string | null
+  errorMessage?: string | null
+  workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  commands?: Prisma.CommandUncheckedCreateNestedManyWithoutInstanceInput
+  desktopLinks?: Prisma.DesktopLinkUncheckedCreateNestedManyWithoutInstanceInput
+  desktopSessions?: Prisma.DesktopSessionUncheckedCreateNestedManyWithoutInstanceInput
+  hostedServices?: Prisma.HostedServiceUncheckedCreateNestedManyWithoutInstanceInput
+  setup?: Prisma.InstanceSetupUncheckedCreateNestedOneWithoutInstanceInput
+}
+
+export type InstanceCreateOrConnectWithoutSnapshotsInput = {
+  where: Prisma.InstanceWhereUniqueInput
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutSnapshotsInput, Prisma.InstanceUncheckedCreateWithoutSnapshotsInput>
+}
+
+export type InstanceUpsertWithoutSnapshotsInput = {
+  update: Prisma.XOR<Prisma.InstanceUpdateWithoutSnapshotsInput, Prisma.InstanceUncheckedUpdateWithoutSnapshotsInput>
+  create: Prisma.XOR<Prisma.InstanceCreateWithoutSnapshotsInput, Prisma.InstanceUncheckedCreateWithoutSnapshotsInput>
+  where?: Prisma.InstanceWhereInput
+}
+
+export type InstanceUpdateToOneWithWhereWithoutSnapshotsInput = {
+  where?: Prisma.InstanceWhereInput
+  data: Prisma.XOR<Prisma.InstanceUpdateWithoutSnapshotsInput, Prisma.InstanceUncheckedUpdateWithoutSnapshotsInput>
+}
+
+export type InstanceUpdateWithoutSnapshotsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
+  desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
+  desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUpdateManyWithoutInstanceNestedInput
+  setup?: Prisma.InstanceSetupUpdateOneWithoutInstanceNestedInput
+}
+
+export type InstanceUncheckedUpdateWithoutSnapshotsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  accountId?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  image?: Prisma.StringFieldUpdateOperationsInput | string
+  imageProfile?: Prisma.StringFieldUpdateOperationsInput | string
+  imageVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactKey?: Prisma.StringFieldUpdateOperationsInput | string
+  status?: Prisma.StringFieldUpdateOperationsInput | string
+  desiredState?: Prisma.StringFieldUpdateOperationsInput | string
+  vcpu?: Prisma.IntFieldUpdateOperationsInput | number
+  memoryMib?: Prisma.IntFieldUpdateOperationsInput | number
+  diskMib?: Prisma.IntFieldUpdateOperationsInput | number
+  sshPublicKey?: Prisma.StringFieldUpdateOperationsInput | string
+  guestHostname?: Prisma.StringFieldUpdateOperationsInput | string
+  sshHostKeys?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  autoSnapshotSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  imageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  components?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  environmentVersionId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastCheckpointAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  sessionSaved?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  setupStatus?: Prisma.StringFieldUpdateOperationsInput | string
+  setupError?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operation?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  operationStartedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
+  operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
+  hostedServices?: Prisma.HostedServiceUncheckedUpdateManyWithoutInstanceNestedInput
   setup?: Prisma.InstanceSetupUncheckedUpdateOneWithoutInstanceNestedInput
 }
 
@@ -2295,6 +2625,8 @@ export type InstanceCreateManyAccountInput = {
   operationOwner?: string | null
   errorMessage?: string | null
   workerId?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -2328,9 +2660,12 @@ export type InstanceUpdateWithoutAccountInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   worker?: Prisma.WorkerUpdateOneWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -2368,8 +2703,11 @@ export type InstanceUncheckedUpdateWithoutAccountInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
@@ -2407,6 +2745,8 @@ export type InstanceUncheckedUpdateManyWithoutAccountInput = {
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   workerId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -2441,6 +2781,8 @@ export type InstanceCreateManyWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: string | null
   errorMessage?: string | null
+  startedFrom?: string | null
+  fromSnapshotId?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -2474,9 +2816,12 @@ export type InstanceUpdateWithoutWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   account?: Prisma.AccountUpdateOneRequiredWithoutInstancesNestedInput
+  snapshots?: Prisma.SnapshotUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUpdateManyWithoutInstanceNestedInput
@@ -2514,8 +2859,11 @@ export type InstanceUncheckedUpdateWithoutWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  snapshots?: Prisma.SnapshotUncheckedUpdateManyWithoutInstanceNestedInput
   commands?: Prisma.CommandUncheckedUpdateManyWithoutInstanceNestedInput
   desktopLinks?: Prisma.DesktopLinkUncheckedUpdateManyWithoutInstanceNestedInput
   desktopSessions?: Prisma.DesktopSessionUncheckedUpdateManyWithoutInstanceNestedInput
@@ -2553,6 +2901,8 @@ export type InstanceUncheckedUpdateManyWithoutWorkerInput = {
   operationInput?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   operationOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   errorMessage?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  startedFrom?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  fromSnapshotId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -2563,6 +2913,7 @@ export type InstanceUncheckedUpdateManyWithoutWorkerInput = {
  */
 
 export type InstanceCountOutputType = {
+  snapshots: number
   commands: number
   desktopLinks: number
   desktopSessions: number
@@ -2570,6 +2921,7 @@ export type InstanceCountOutputType = {
 }
 
 export type InstanceCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  snapshots?: boolean | InstanceCountOutputTypeCountSnapshotsArgs
   commands?: boolean | InstanceCountOutputTypeCountCommandsArgs
   desktopLinks?: boolean | InstanceCountOutputTypeCountDesktopLinksArgs
   desktopSessions?: boolean | InstanceCountOutputTypeCountDesktopSessionsArgs
@@ -2584,6 +2936,13 @@ export type InstanceCountOutputTypeDefaultArgs<ExtArgs extends runtime.Types.Ext
    * Select specific fields to fetch from the InstanceCountOutputType
    */
   select?: Prisma.InstanceCountOutputTypeSelect<ExtArgs> | null
+}
+
+/**
+ * InstanceCountOutputType without action
+ */
+export type InstanceCountOutputTypeCountSnapshotsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.SnapshotWhereInput
 }
 
 /**
@@ -2646,10 +3005,13 @@ export type InstanceSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
+  startedFrom?: boolean
+  fromSnapshotId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
+  snapshots?: boolean | Prisma.Instance$snapshotsArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
@@ -2689,6 +3051,8 @@ export type InstanceSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
+  startedFrom?: boolean
+  fromSnapshotId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -2726,6 +3090,8 @@ export type InstanceSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
+  startedFrom?: boolean
+  fromSnapshotId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
@@ -2763,14 +3129,17 @@ export type InstanceSelectScalar = {
   operationOwner?: boolean
   errorMessage?: boolean
   workerId?: boolean
+  startedFrom?: boolean
+  fromSnapshotId?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "operationOwner" | "errorMessage" | "workerId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
+export type InstanceOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "accountId" | "name" | "image" | "imageProfile" | "imageVersion" | "artifactKey" | "status" | "desiredState" | "vcpu" | "memoryMib" | "diskMib" | "sshPublicKey" | "guestHostname" | "sshHostKeys" | "autoSnapshotSeconds" | "imageId" | "components" | "environmentVersionId" | "expiresAt" | "lastCheckpointAt" | "sessionSaved" | "setupStatus" | "setupError" | "operation" | "operationStartedAt" | "operationInput" | "operationOwner" | "errorMessage" | "workerId" | "startedFrom" | "fromSnapshotId" | "createdAt" | "updatedAt", ExtArgs["result"]["instance"]>
 export type InstanceInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   account?: boolean | Prisma.AccountDefaultArgs<ExtArgs>
   worker?: boolean | Prisma.Instance$workerArgs<ExtArgs>
+  snapshots?: boolean | Prisma.Instance$snapshotsArgs<ExtArgs>
   commands?: boolean | Prisma.Instance$commandsArgs<ExtArgs>
   desktopLinks?: boolean | Prisma.Instance$desktopLinksArgs<ExtArgs>
   desktopSessions?: boolean | Prisma.Instance$desktopSessionsArgs<ExtArgs>
@@ -2792,6 +3161,7 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
   objects: {
     account: Prisma.$AccountPayload<ExtArgs>
     worker: Prisma.$WorkerPayload<ExtArgs> | null
+    snapshots: Prisma.$SnapshotPayload<ExtArgs>[]
     commands: Prisma.$CommandPayload<ExtArgs>[]
     desktopLinks: Prisma.$DesktopLinkPayload<ExtArgs>[]
     desktopSessions: Prisma.$DesktopSessionPayload<ExtArgs>[]
@@ -2876,6 +3246,15 @@ export type $InstancePayload<ExtArgs extends runtime.Types.Extensions.InternalAr
      * The registered worker that runs it (several hosts); null: the control plane's own local worker.
      */
     workerId: string | null
+    /**
+     * How it came to run when made: boot | snapshot (a boot snapshot's copy) | memory (a fork with
+     * memory) | snapshot_disk | snapshot_memory (from a named snapshot); null: made before this was kept.
+     */
+    startedFrom: string | null
+    /**
+     * The named snapshot it was made from (kept when that snapshot is deleted).
+     */
+    fromSnapshotId: string | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["instance"]>
@@ -3274,6 +3653,7 @@ export interface Prisma__InstanceClient<T, Null = never, ExtArgs extends runtime
   readonly [Symbol.toStringTag]: "PrismaPromise"
   account<T extends Prisma.AccountDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.AccountDefaultArgs<ExtArgs>>): Prisma.Prisma__AccountClient<runtime.Types.Result.GetResult<Prisma.$AccountPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
   worker<T extends Prisma.Instance$workerArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$workerArgs<ExtArgs>>): Prisma.Prisma__WorkerClient<runtime.Types.Result.GetResult<Prisma.$WorkerPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
+  snapshots<T extends Prisma.Instance$snapshotsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$snapshotsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$SnapshotPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   commands<T extends Prisma.Instance$commandsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$commandsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CommandPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopLinks<T extends Prisma.Instance$desktopLinksArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopLinksArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopLinkPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   desktopSessions<T extends Prisma.Instance$desktopSessionsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Instance$desktopSessionsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$DesktopSessionPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
@@ -3338,6 +3718,8 @@ export interface InstanceFieldRefs {
   readonly operationOwner: Prisma.FieldRef<"Instance", 'String'>
   readonly errorMessage: Prisma.FieldRef<"Instance", 'String'>
   readonly workerId: Prisma.FieldRef<"Instance", 'String'>
+  readonly startedFrom: Prisma.FieldRef<"Instance", 'String'>
+  readonly fromSnapshotId: Prisma.FieldRef<"Instance", 'String'>
   readonly createdAt: Prisma.FieldRef<"Instance", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Instance", 'DateTime'>
 }
@@ -3755,6 +4137,30 @@ export type Instance$workerArgs<ExtArgs extends runtime.Types.Extensions.Interna
    */
   include?: Prisma.WorkerInclude<ExtArgs> | null
   where?: Prisma.WorkerWhereInput
+}
+
+/**
+ * Instance.snapshots
+ */
+export type Instance$snapshotsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the Snapshot
+   */
+  select?: Prisma.SnapshotSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the Snapshot
+   */
+  omit?: Prisma.SnapshotOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.SnapshotInclude<ExtArgs> | null
+  where?: Prisma.SnapshotWhereInput
+  orderBy?: Prisma.SnapshotOrderByWithRelationInput | Prisma.SnapshotOrderByWithRelationInput[]
+  cursor?: Prisma.SnapshotWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.SnapshotScalarFieldEnum | Prisma.SnapshotScalarFieldEnum[]
 }
 
 /**
