@@ -1,0 +1,129 @@
+// Named snapshot benchmark:   npm run bench:snapshots
+//
+// Every figure of the service is printed beside a raw baseline measured in the same run, on the
+// minimal image in the tests' image folder, with the same shape (BENCH_VCPU, BENCH_MEMORY_MIB: a
+// 1 GiB guest by default) and guest RAM in a file, as the service runs machines:
+//
+//   figure                          kiste                                          raw baseline
+//   guest pause, memory snapshot    the pause of machineHost.takeSnapshot          QMP stop, the same disk cut (liveFork
+//                                   (memory: true) of a running machine            onto an overlay), cont
+//   snapshot ready (whole)          POST …/snapshots until GET says ready          -
+//   restore to ready                POST /v1/instances {snapshot} (memory          POST /resume of a machine stopped with
+//                                   continued) answered 200                        its session (the same guest, the same RAM)
+//
+// Targets (issue 24): the pause for a 1 GiB guest <= 0.3 s. The pause now includes the copy of the
+// guest's RAM file (docs/snapshots.md, step 2 takes it out of the pause); the report says what it is.
+// Upload throughput beside raw SDK uploads comes with the off-site copies (step 4).
+// Order: rounds alternate raw and kiste so that both see the same noise from whatever else runs.
+// Settings: BENCH_VCPU (1), BENCH_MEMORY_MIB (1024), BENCH_ROUNDS (3), KISTE_ACCELERATOR (auto).
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { activeLayer, createOverlay, liveFork, machineFiles, startMachine, type QemuMachine, killMachine } from '../src/compute/qemu';
+import { nodeName } from '../src/compute/disk-chain';
+import { close, listen, log, removeWorkDir, startBenchService } from './bench/support';
+
+const VCPU = Number(process.env.BENCH_VCPU ?? 1);
+const MEMORY_MIB = Number(process.env.BENCH_MEMORY_MIB ?? 1024);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const SSH_KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMh0vbf5v3M0Kz1cl5q3lM1kP1nN7zQ0b3hVv0ZQk6d1 bench@kiste';
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
+
+async function main(): Promise<void> {
+  const workDir = mkdtempSync(join(tmpdir(), 'kiste-bench-snapshots-'));
+  const server = createServer();
+  const base = await listen(server);
+  const { services, database, accelerator } = await startBenchService({ profile: 'minimal', workDir, server, base, env: process.env.KISTE_ACCELERATOR ? { KISTE_ACCELERATOR: process.env.KISTE_ACCELERATOR } : {} });
+  let failed = false;
+  try {
+    const account = await services.accounts.create('snapshots@example.com', 'benchmark password', 'Snapshot Bench');
+    const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${base}${path}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+      const json = await res.json() as any;
+      if (res.status !== 200) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+      return json;
+    };
+    const shape = { profile: 'desktop', vcpu: VCPU, memory_mib: MEMORY_MIB, disk_mib: 2048, ssh_public_key: SSH_KEY };
+    log(`booting the source machine (${VCPU} vCPU, ${MEMORY_MIB} MiB, ${accelerator})`);
+    const source = await call('POST', '/v1/instances', { ...shape, name: 'source' });
+    // RAM the guest has touched: a realistic copy, not an empty file.
+    await services.machineHost.agent(source.id).exec({ argv: ['sh', '-c', 'head -c 256M /dev/urandom > /dev/shm/fill'] }).then((handle) => handle.exit);
+
+    const kistePause: number[] = [];
+    const rawPause: number[] = [];
+    const ready: number[] = [];
+    const restore: number[] = [];
+    const resume: number[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      // raw: the same machine's QEMU, driven on its monitor directly: stop, the same cut, cont.
+      const machine = await rawMachine(services, source.id);
+      const cutFile = join(workDir, `raw-cut-${round}.qcow2`);
+      const started = performance.now();
+      await machine.qmp.execute('stop');
+      await rawCut(services, source.id, machine, cutFile);
+      await machine.qmp.execute('cont');
+      rawPause.push(performance.now() - started);
+
+      const snapshotId = crypto.randomUUID();
+      const taken = await services.machineHost.takeSnapshot(source.id, snapshotId, { vcpu: VCPU, memoryMib: MEMORY_MIB, diskMib: 2048 }, { memory: true });
+      kistePause.push(taken.pausedMs);
+      await services.machineHost.deleteSnapshot({ id: snapshotId, workerId: null });
+
+      const whole = performance.now();
+      const pending = await call('POST', '/v1/instances/source/snapshots', { name: `round-${round}` });
+      for (let state = pending; state.status === 'pending'; state = await call('GET', `/v1/snapshots/${pending.id}`)) await new Promise((r) => setTimeout(r, 100));
+      ready.push(performance.now() - whole);
+
+      const restoring = performance.now();
+      const copy = await call('POST', '/v1/instances', { ...shape, name: `copy-${round}`, snapshot: pending.id });
+      restore.push(performance.now() - restoring);
+      if (copy.started_from !== 'snapshot_memory') throw new Error(`the copy started from ${copy.started_from}`);
+      await call('DELETE', `/v1/instances/copy-${round}`);
+
+      await call('POST', '/v1/instances/source/stop', { snapshot: true });
+      const resuming = performance.now();
+      await call('POST', '/v1/instances/source/resume');
+      resume.push(performance.now() - resuming);
+      log(`round ${round + 1}/${ROUNDS}: pause kiste ${Math.round(taken.pausedMs)} ms, raw ${Math.round(rawPause.at(-1)!)} ms; restore ${Math.round(restore.at(-1)!)} ms, resume ${Math.round(resume.at(-1)!)} ms`);
+    }
+    const row = (name: string, kiste: number[], raw: number[] | null, note: string) =>
+      console.log(`${name.padEnd(32)}${`${Math.round(median(kiste))} ms`.padStart(10)}${raw ? `${Math.round(median(raw))} ms`.padStart(12) + `${(median(kiste) / median(raw)).toFixed(2)}x`.padStart(9) : ''.padStart(21)}  ${note}`);
+    console.log(`\nnamed snapshots, ${VCPU} vCPU, ${MEMORY_MIB} MiB guest (256 MiB of it written), ${accelerator}, medians of ${ROUNDS}`);
+    console.log(`${'figure'.padEnd(32)}${'kiste'.padStart(10)}${'raw'.padStart(12)}${'ratio'.padStart(9)}`);
+    row('guest pause, memory snapshot', kistePause, rawPause, `target <= 300 ms; raw: stop + the same disk cut + cont (kiste also copies the RAM file while paused)`);
+    row('snapshot ready (whole)', ready, null, 'POST until GET says ready');
+    row('restore to ready', restore, resume, 'raw: resume with session of the same machine');
+  } catch (error) {
+    failed = true;
+    console.error(error);
+  } finally {
+    for (const id of await services.machineHost.knownMachineIds().catch(() => [])) await services.machineHost.destroy(id).catch(() => undefined);
+    await close(server);
+    await services.compute.stop();
+    await database.close();
+    if (!removeWorkDir(workDir)) failed = true;
+  }
+  process.exit(failed ? 1 : 0);
+}
+
+/** The running machine's QEMU, on a second QMP link of our own (the host's stays as it is). */
+async function rawMachine(services: Awaited<ReturnType<typeof startBenchService>>['services'], id: string): Promise<QemuMachine> {
+  const host = services.machineHost as unknown as { machine(id: string): Promise<QemuMachine | undefined> };
+  const machine = await host.machine(id);
+  if (!machine) throw new Error('the source does not run');
+  return machine;
+}
+
+/** The disk cut a snapshot makes, done raw: the active layer frozen under a new top and an overlay. */
+async function rawCut(services: Awaited<ReturnType<typeof startBenchService>>['services'], id: string, machine: QemuMachine, forkFile: string): Promise<void> {
+  const top = await activeLayer(machine.qmp);
+  const next = top.file.replace(/-(\d+)\.qcow2$/, (_all, n: string) => `-${Number(n) + 1000}.qcow2`);
+  void createOverlay; void machineFiles; void killMachine; void services;
+  await liveFork(machine.qmp, { newActiveFile: next, newActiveNode: nodeName(next.split('/').pop()!), forkFile });
+}
+
+void main();
