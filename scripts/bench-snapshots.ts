@@ -16,13 +16,16 @@
 // Upload throughput beside raw SDK uploads comes with the off-site copies (step 4).
 // Order: rounds alternate raw and kiste so that both see the same noise from whatever else runs.
 // Settings: BENCH_VCPU (1), BENCH_MEMORY_MIB (1024), BENCH_ROUNDS (3), KISTE_ACCELERATOR (auto).
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { activeLayer, createOverlay, liveFork, machineFiles, startMachine, type QemuMachine, killMachine } from '../src/compute/qemu';
-import { nodeName } from '../src/compute/disk-chain';
+import { readLatestImage } from '../images';
+import { AgentClient } from '../src/compute/agent-client';
+import { createOverlay, killMachine, liveFork, machineFiles, startMachine, type QemuMachine } from '../src/compute/qemu';
+import { TEST_IMAGE_DIR } from '../test/support/images';
 import { close, listen, log, removeWorkDir, startBenchService } from './bench/support';
 
 const VCPU = Number(process.env.BENCH_VCPU ?? 1);
@@ -38,7 +41,9 @@ async function main(): Promise<void> {
   const base = await listen(server);
   const { services, database, accelerator } = await startBenchService({ profile: 'minimal', workDir, server, base, env: process.env.KISTE_ACCELERATOR ? { KISTE_ACCELERATOR: process.env.KISTE_ACCELERATOR } : {} });
   let failed = false;
+  let raw: QemuMachine | undefined;
   try {
+    raw = await bootRaw(workDir, accelerator as 'kvm' | 'tcg');
     const account = await services.accounts.create('snapshots@example.com', 'benchmark password', 'Snapshot Bench');
     const { token } = await services.apiTokens.create(account.id, 'bench', 3600);
     const call = async (method: string, path: string, body?: unknown) => {
@@ -59,13 +64,11 @@ async function main(): Promise<void> {
     const restore: number[] = [];
     const resume: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
-      // raw: the same machine's QEMU, driven on its monitor directly: stop, the same cut, cont.
-      const machine = await rawMachine(services, source.id);
-      const cutFile = join(workDir, `raw-cut-${round}.qcow2`);
+      // raw: a plain QEMU of the same shape, on its monitor directly: stop, the same cut, cont.
       const started = performance.now();
-      await machine.qmp.execute('stop');
-      await rawCut(services, source.id, machine, cutFile);
-      await machine.qmp.execute('cont');
+      await raw.qmp.execute('stop');
+      await liveFork(raw.qmp, { newActiveFile: join(workDir, 'raw', `top-${round + 1}.qcow2`), newActiveNode: `top${round + 1}`, forkFile: join(workDir, 'raw', `cut-${round}.qcow2`) });
+      await raw.qmp.execute('cont');
       rawPause.push(performance.now() - started);
 
       const snapshotId = crypto.randomUUID();
@@ -101,6 +104,7 @@ async function main(): Promise<void> {
     failed = true;
     console.error(error);
   } finally {
+    if (raw) await killMachine(raw).catch(() => undefined);
     for (const id of await services.machineHost.knownMachineIds().catch(() => [])) await services.machineHost.destroy(id).catch(() => undefined);
     await close(server);
     await services.compute.stop();
@@ -110,20 +114,26 @@ async function main(): Promise<void> {
   process.exit(failed ? 1 : 0);
 }
 
-/** The running machine's QEMU, on a second QMP link of our own (the host's stays as it is). */
-async function rawMachine(services: Awaited<ReturnType<typeof startBenchService>>['services'], id: string): Promise<QemuMachine> {
-  const host = services.machineHost as unknown as { machine(id: string): Promise<QemuMachine | undefined> };
-  const machine = await host.machine(id);
-  if (!machine) throw new Error('the source does not run');
+/** A plain QEMU of the bench's shape on an overlay of the image, its agent up and 256 MiB of its RAM written. */
+async function bootRaw(workDir: string, accelerator: 'kvm' | 'tcg'): Promise<QemuMachine> {
+  const latest = await readLatestImage(TEST_IMAGE_DIR, 'minimal');
+  if (!latest) throw new Error(`no minimal image in ${TEST_IMAGE_DIR}`);
+  const dir = join(workDir, 'raw');
+  mkdirSync(join(dir, 'run'), { recursive: true });
+  const files = machineFiles(dir);
+  const disk = join(dir, 'top-0.qcow2');
+  await createOverlay(join(latest.dir, 'disk.qcow2'), disk, { sizeBytes: 2048 * 1048576 });
+  log('raw: booting a plain QEMU of the same shape');
+  const machine = await startMachine({
+    id: `bench-raw-${process.pid}`, vcpu: VCPU, memoryMib: MEMORY_MIB, kernel: join(latest.dir, 'vmlinuz'), initrd: join(latest.dir, 'initrd.img'), disk,
+    appendArgs: latest.manifest.kernel_cmdline, accelerator, qmpSocket: files.qmpSocket, agentSocket: files.agentSocket, serialLog: files.serialLog,
+    pidFile: files.pidFile, memoryFile: files.memoryFile, generationId: true,
+  });
+  const agent = new AgentClient({ connect: () => connect(files.agentSocket) });
+  await agent.waitConnected(300_000);
+  await (await agent.exec({ argv: ['sh', '-c', 'head -c 256M /dev/urandom > /dev/shm/fill'] })).exit;
+  agent.close();
   return machine;
-}
-
-/** The disk cut a snapshot makes, done raw: the active layer frozen under a new top and an overlay. */
-async function rawCut(services: Awaited<ReturnType<typeof startBenchService>>['services'], id: string, machine: QemuMachine, forkFile: string): Promise<void> {
-  const top = await activeLayer(machine.qmp);
-  const next = top.file.replace(/-(\d+)\.qcow2$/, (_all, n: string) => `-${Number(n) + 1000}.qcow2`);
-  void createOverlay; void machineFiles; void killMachine; void services;
-  await liveFork(machine.qmp, { newActiveFile: next, newActiveNode: nodeName(next.split('/').pop()!), forkFile });
 }
 
 void main();
