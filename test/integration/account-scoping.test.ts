@@ -173,6 +173,34 @@ describe('account scoping', () => {
       }
     });
 
+    it.each([0, 1, 2])("snapshots: GET, DELETE and create-from of B's snapshot (by id or name) → 404 S01, and no list shows it (credential %#)", async (index) => {
+      const { headers } = credentialsOf(a)[index]!;
+      const snapshotId = '11111111-2222-4333-8444-555555555555';
+      const name = `b-snapshot-${index}`;
+      await t.services.database.prisma.snapshot.upsert({
+        where: { id: snapshotId },
+        update: { name },
+        create: {
+          id: snapshotId, accountId: b.account.id, name, instanceName: 'b-machine', image: 'universal', status: 'ready', memory: false,
+          vcpu: 1, memoryMib: 768, diskMib: 2048, imageProfile: 'minimal', artifactKey: 'x', createdAt: new Date(),
+        },
+      });
+      const calls = [(id: string) => t.api.get(`/v1/snapshots/${id}`), (id: string) => t.api.delete(`/v1/snapshots/${id}`)];
+      for (const call of calls) {
+        const nowhere = await call(NOWHERE).set(headers);
+        expectNotFound(await call(snapshotId).set(headers), 'S01', nowhere);
+        const byName = await call(name).set(headers);
+        expect({ status: byName.status, code: byName.body.error.code }).toEqual({ status: 404, code: 'S01' });
+      }
+      const create = (snapshot: string) => t.api.post('/v1/instances').set(headers)
+        .send({ profile: 'desktop', vcpu: 1, memory_mib: 768, disk_mib: 2048, ssh_public_key: sharedPublicKey, snapshot });
+      expectNotFound(await create(snapshotId), 'S01', await create(NOWHERE));
+      const list = await t.api.get('/v1/snapshots').set(headers).expect(200);
+      expect(list.body.data).toEqual([]);
+      const bList = await t.api.get('/v1/snapshots').set(bearer(b.cli)).expect(200);
+      expect(bList.body.data.map((s: { id: string }) => s.id)).toEqual([snapshotId]);
+    });
+
     it("device keys: B's id as a list cursor is refused like an unknown id", async () => {
       for (const cursor of ['starting_after', 'ending_before']) {
         const nowhere = await t.api.get(`/v1/device-keys?${cursor}=${NOWHERE}`).set(bearer(a.cli)).expect(400);
