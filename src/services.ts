@@ -214,9 +214,8 @@ export function createServices(config: Config, database: Database, options: Serv
   });
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
-  // What the records own on a host: machines, and named snapshots' files.
+  const ownedMachineIds = async (): Promise<string[]> => (await stores.instances.all()).map((row) => row.id);
   const snapshotStore = new SnapshotStore(db);
-  const ownedMachineIds = async (): Promise<string[]> => [...(await stores.instances.all()).map((row) => row.id), ...(await snapshotStore.allIds())];
   const secretKey = installationSecret(config);
   const workerStore = new WorkerStore(db, database.provider);
   const workers = new Workers(workerStore, new SecretBox(secretKey, 'worker signing secrets'), clock);
@@ -302,7 +301,8 @@ export function createServices(config: Config, database: Database, options: Serv
       machinesInUse: () => [...sshTunnels.machinesInUse(), ...terminals.machinesInUse(), ...desktops.machinesInUse()],
     }),
     oauth: new OAuth(transactions, stores.oauthCodes, signIn, clock),
-    deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? NO_EXTERNAL_STEPS, clock),
+    // The account's snapshots' files go before its records (machines are removed as strays once their records are gone).
+    deletions: new AccountDeletions(transactions, stores, options.deletionSteps ?? { ...NO_EXTERNAL_STEPS, workers: (accountId) => snapshots.removeAllOf(accountId) }, clock),
     platform: new Platform(new HeartbeatStore(db), clock, () => instances.availability.now()),
     events: new EventStream(new EventStore(db), database.commits, clock),
     machineHost,

@@ -144,8 +144,9 @@ export class InstantCopies {
   private async adoptForkLayer(sourceId: string, targetId: string, forkActive: string, state: { generationId: boolean }): Promise<void> {
     const { jail, layers, chains } = this.parts;
     jail.ownLayer(targetId, layers.path(forkActive));
-    // The copy reads what it shares with the source: every layer under its own (images are public).
-    await jail.shareLayers(targetId, sourceId, (await layers.layersOf(forkActive)).slice(1));
+    // The copy reads what it shares with the source: every layer under its own, and a named snapshot's
+    // disk the source backs onto (images are public).
+    await jail.shareLayers(targetId, sourceId, (await layers.filesOf(forkActive)).slice(1).filter((file) => !layers.isImageFile(file)));
     chains.writeState(targetId, { active: forkActive, hostKeysGenerated: false, generationId: state.generationId });
   }
 

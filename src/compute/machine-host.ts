@@ -177,9 +177,8 @@ export interface Machines {
   checkpoint(id: string): Promise<{ taken: boolean }>;
   /**
    * At start after adopting, and when a worker is adopted: removes every machine (files, QEMU) that
-   * is none of `owned` (the machines and named snapshots the records own), none `alsoKeep` names
-   * (asked as it goes) and no boot snapshot template or layer builder being run, and every named
-   * snapshot's files none of them names; returns the machines' ids.
+   * is none of `owned` (the machines the records own), none `alsoKeep` names (asked as it goes) and
+   * no boot snapshot template or layer builder being run; returns their ids.
    */
   removeStrays(owned: readonly string[], alsoKeep?: (id: string) => boolean): Promise<string[]>;
   /** At start, after adopting: removes disk layers no machine uses any more. */

@@ -7,16 +7,16 @@
 // A snapshot is taken in its machine's turn (no checkpoint merges layers under the copy); it is
 // written to `<id>.part` and renamed once whole. Deleting one whose disk new machines still back
 // onto leaves a `deleted` mark: the folder goes once no chain uses it (sweep()).
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { isAbsolute, join, relative, sep } from 'node:path';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { basename, dirname, isAbsolute, join, relative, sep } from 'node:path';
 import { Type, type Static } from '@sinclair/typebox';
 import { parsePeerJson, peerShape } from '../protocol/peer-input';
 import type { DiskChains } from './disk-chain';
 import type { InstantCopies, MachineProcesses, SavedMachineState } from './instant-copies';
 import type { MachineJail } from './jail';
-import type { LayerStore } from './layers';
+import { headerProblem, type LayerStore } from './layers';
 import type { Accelerator, CreatedMachine, GuestIdentity, HostImage, MachineShape, TakenSnapshot } from './machine-host';
-import { copyRamFile, createOverlay, machineFiles, qcow2Header, qemuBuild, rebaseOffline } from './qemu';
+import { copyRamFile, createOverlay, machineFiles, qcow2Header, qemuBuild, rebaseOffline, rebaseUnsafe } from './qemu';
 
 const MIB = 1048576;
 const SNAPSHOT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -49,6 +49,9 @@ export interface NamedSnapshotSettings {
 }
 
 export class NamedSnapshots {
+  /** Creates from each snapshot running now: a delete meanwhile only marks it (their disks are not in a chain yet). */
+  private readonly creating = new Map<string, number>();
+
   constructor(
     private readonly machines: MachineProcesses,
     private readonly parts: { jail: MachineJail; layers: LayerStore; chains: DiskChains; copies: InstantCopies },
@@ -84,17 +87,12 @@ export class NamedSnapshots {
           await createOverlay(this.parts.layers.path(state.active), this.parts.layers.path(cut));
           if (options.memory) {
             await copyRamFile(run.memoryFile, into.memoryFile);
-            writeFileSync(into.stateFile, readFileSync(run.stateFile));
+            copyFileSync(run.stateFile, into.stateFile);
             memory = into;
           }
         }
-        // `cut` (root's, backing onto the machine's chain as it was) becomes the snapshot's disk: it
-        // takes every cluster the chain holds above the image disk (whose headers the machine's QEMU
-        // wrote: each is checked first), and then backs onto that image disk alone.
-        const chain = await this.parts.layers.filesOf(cut);
-        await rebaseOffline(chain[0]!, chain.at(-1)!);
-        renameSync(chain[0]!, join(part, FILES.disk));
-        if (memory && existsSync(run.serialLog)) writeFileSync(join(part, FILES.serialLog), readFileSync(run.serialLog));
+        await this.flatten(cut, join(part, FILES.disk), join(part, 'work'));
+        if (memory && existsSync(run.serialLog)) copyFileSync(run.serialLog, join(part, FILES.serialLog));
         const manifest: SnapshotManifest = {
           format: 1,
           disk_bytes: (await qcow2Header(join(part, FILES.disk)))['virtual-size'],
@@ -114,11 +112,53 @@ export class NamedSnapshots {
   }
 
   /**
+   * The disk `cut` shows (a layer of the snapshot's own on the machine's chain as it was) as one
+   * qcow2 at `output` holding every cluster the chain holds above its image disk, backing onto that
+   * image disk alone. qemu-img (root) never reads a file a machine's QEMU can still write: the
+   * chain's layers are copied byte for byte into a root-only folder first, their copies chained to
+   * each other by us (`rebase -u`, which reads no backing file) and their headers checked there, so
+   * a QEMU that rewrites a header while this runs changes nothing that is read. Image disks and
+   * snapshot disks (root's, read-only to machines) are read where they are.
+   */
+  private async flatten(cut: string, output: string, work: string): Promise<void> {
+    const { layers } = this.parts;
+    const chain = await layers.filesOf(cut); // names checked (a first look; the copies are what counts)
+    const base = chain.at(-1)!;
+    if (!layers.isImageFile(base)) throw new Error(`the disk chain of ${cut} does not end on an image disk`);
+    mkdirSync(work, { mode: 0o700 });
+    const copies = chain.slice(0, -1).map((file, index) => (dirname(file) === layers.dir ? join(work, `${index}.qcow2`) : file));
+    chain.slice(0, -1).forEach((file, index) => {
+      if (copies[index] !== file) copyFileSync(file, copies[index]!);
+    });
+    for (let index = copies.length - 1; index >= 0; index--) {
+      if (copies[index] === chain[index]) continue; // a snapshot's disk: root's, already on its image
+      const problem = headerProblem(await qcow2Header(copies[index]!));
+      if (problem) throw new Error(`a layer of the disk chain of ${cut} ${problem}`);
+      await rebaseUnsafe(copies[index]!, copies[index + 1] ?? base);
+    }
+    await rebaseOffline(copies[0]!, base);
+    renameSync(copies[0]!, output);
+    rmSync(work, { recursive: true, force: true });
+  }
+
+  /**
    * A new machine from the snapshot: its memory continued when asked, the snapshot has one and it
    * was saved by this QEMU build and accelerator for this shape; else (or when that restore fails)
    * its disk booted. The disk is the snapshot's, grown to the machine's size.
    */
   async create(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
+    checkId(snapshotId);
+    this.creating.set(snapshotId, (this.creating.get(snapshotId) ?? 0) + 1);
+    try {
+      return await this.createFrom(id, snapshotId, images, shape, identity, options);
+    } finally {
+      const left = (this.creating.get(snapshotId) ?? 1) - 1;
+      if (left > 0) this.creating.set(snapshotId, left);
+      else this.creating.delete(snapshotId);
+    }
+  }
+
+  private async createFrom(id: string, snapshotId: string, images: { memory: HostImage; boot: HostImage }, shape: MachineShape, identity: GuestIdentity, options: { memory: boolean }): Promise<CreatedMachine> {
     const found = this.find(snapshotId);
     if (!found) throw new Error(`the files of snapshot ${snapshotId} are not on this host`);
     const { dir, manifest } = found;
@@ -175,11 +215,9 @@ export class NamedSnapshots {
     }
   }
 
-  /** Removes the snapshots no record owns (their account was deleted, or a start-up found them orphaned); returns their ids. */
-  async removeStrays(owns: (id: string) => boolean, activeLayers: string[]): Promise<string[]> {
-    const strays = safeReaddir(this.settings.dir).filter((name) => SNAPSHOT_ID.test(name) && !owns(name));
-    for (const id of strays) await this.delete(id, activeLayers);
-    return strays;
+  /** Every snapshot disk on this host. */
+  disks(): string[] {
+    return safeReaddir(this.settings.dir).filter((name) => SNAPSHOT_ID.test(name)).map((name) => join(this.folderOf(name), FILES.disk)).filter((disk) => existsSync(disk));
   }
 
   /** Image versions the snapshots here back onto. */
@@ -202,8 +240,12 @@ export class NamedSnapshots {
     return null;
   }
 
-  /** Whether a machine's chain (of these active layers) uses the snapshot's disk; a chain that cannot be read counts as using it. */
+  /**
+   * Whether a machine's chain (of these active layers) uses the snapshot's disk, or a create from it
+   * runs; a chain that cannot be read counts as using it.
+   */
   private async inUse(dir: string, activeLayers: string[]): Promise<boolean> {
+    if (this.creating.has(basename(dir))) return true;
     const disk = join(dir, FILES.disk);
     for (const active of activeLayers) {
       const files = await this.parts.layers.filesOf(active).catch(() => null);

@@ -463,12 +463,6 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     });
     for (const info of reaped) if (!removed.includes(info.machineId)) removed.push(info.machineId);
     if (reaped.length) this.options.logger.warn({ machines: reaped.map((info) => info.machineId) }, 'killed QEMUs that belong to no machine');
-    // Named snapshots are owned by their records too (a deleted account's go here).
-    const snapshots = await this.snapshots.removeStrays(keeps, await this.activeLayers()).catch((error: unknown) => {
-      this.options.logger.warn({ err: error }, 'snapshots no record owns could not be removed');
-      return [];
-    });
-    if (snapshots.length) this.options.logger.info({ snapshots }, 'removed snapshots no record owns');
     return removed;
   }
 
@@ -534,7 +528,9 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
       // Its layers, and a snapshot's disk it backs onto (its user was let read it): not images.
-      const chain = await this.layers.filesOf(state.active).then((files) => files.filter((file) => !this.layers.isImageFile(file))).catch(() => [this.layers.path(state.active)]);
+      // A chain that cannot be read: its top, and every snapshot disk its user may have been let read.
+      const chain = await this.layers.filesOf(state.active).then((files) => files.filter((file) => !this.layers.isImageFile(file)))
+        .catch(() => [this.layers.path(state.active), ...this.snapshots.disks()]);
       if (!(await this.layers.release(state.active, await this.activeLayers(id)))) {
         this.options.logger.warn({ machine: id }, 'another disk chain could not be read; the layers of this disk are left in place');
       }

@@ -7,7 +7,7 @@ import type { HostChecks, Machines, MachineShape } from '../compute/machine-host
 import type { AccountStore } from '../store/accounts';
 import { appendEvent } from '../store/events';
 import type { Instance } from '../store/instances';
-import type { Snapshot, SnapshotStore } from '../store/snapshots';
+import { snapshotMostBytes, type Snapshot, type SnapshotStore } from '../store/snapshots';
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import type { LiveReplicas } from './replicas';
@@ -90,7 +90,11 @@ export class Snapshots {
       if (await this.store.nameTaken(accountId, request.name, tx)) throw new KisteError('S02', { message: `A snapshot named ${request.name} already exists in this account`, param: 'name' });
       const footprint = await this.store.footprint(accountId, tx);
       if (footprint.count >= this.limits.snapshotsPerAccount) throw new KisteError('L15', { message: `An account can have at most ${this.limits.snapshotsPerAccount} snapshots` });
-      if (footprint.bytes >= this.limits.snapshotMibTotal * MIB) throw new KisteError('L16', { message: `The account's snapshots hold ${Math.round(footprint.bytes / MIB)} MiB; at most ${this.limits.snapshotMibTotal} MiB are allowed` });
+      // Counted as the most it can hold until it is taken (its size then), so takes at once cannot pass the limit together.
+      const most = snapshotMostBytes({ diskMib: instance.diskMib, memoryMib: instance.memoryMib, memory });
+      if (footprint.bytes + most > this.limits.snapshotMibTotal * MIB) {
+        throw new KisteError('L16', { message: `The account's snapshots hold ${Math.round(footprint.bytes / MIB)} MiB; this one may hold up to ${Math.round(most / MIB)} MiB, and at most ${this.limits.snapshotMibTotal} MiB are allowed` });
+      }
       const created = await this.store.create(tx, {
         id: newId(),
         accountId,
@@ -115,6 +119,13 @@ export class Snapshots {
     const work = this.finishTaking(snapshot, instance.id, shapeOf(instance)).finally(() => this.taking.delete(work));
     this.taking.add(work);
     return snapshot;
+  }
+
+  /** Account deletion: every snapshot's files go (their records go with the account's). */
+  async removeAllOf(accountId: string): Promise<void> {
+    for (const snapshot of await this.store.ofAccount(accountId)) {
+      await this.host.deleteSnapshot({ id: snapshot.id, workerId: snapshot.workerId });
+    }
   }
 
   /** Waits for the takings this process runs (tests, shutdown). */

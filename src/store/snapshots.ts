@@ -29,6 +29,11 @@ export interface NewSnapshot {
 /** How a taking ended. */
 export type SnapshotOutcome = { status: 'ready'; memory: boolean; sizeBytes: number; readyAt: Date } | { status: 'failed'; error: string };
 
+/** The most a snapshot of this shape can hold (its disk, and its memory when it keeps memory). */
+export function snapshotMostBytes(shape: { diskMib: number; memoryMib: number; memory: boolean }): number {
+  return (shape.diskMib + (shape.memory ? shape.memoryMib : 0)) * 1048576;
+}
+
 export class SnapshotStore {
   constructor(private readonly db: Db) {}
 
@@ -43,19 +48,17 @@ export class SnapshotStore {
     return (await db.snapshot.findFirst({ where: { accountId, id: idOrName } })) ?? db.snapshot.findFirst({ where: { accountId, name: idOrName } });
   }
 
-  /** Every snapshot's id, of every account (what the hosts' files may belong to). */
-  async allIds(): Promise<string[]> {
-    return (await this.db.snapshot.findMany({ select: { id: true } })).map((row) => row.id);
-  }
-
   findById(id: string): Promise<Snapshot | null> {
     return this.db.snapshot.findUnique({ where: { id } });
   }
 
-  /** How many the account has and the bytes they hold (pending ones count, with the size of their source's disk). */
+  /**
+   * How many the account has and the bytes they hold: a ready one its size, a pending one the most
+   * it can hold (its source's disk, and memory when it keeps memory), a failed one nothing.
+   */
   async footprint(accountId: string, tx: Transaction): Promise<{ count: number; bytes: number }> {
-    const rows = await clientFor(tx).snapshot.findMany({ where: { accountId }, select: { sizeBytes: true, diskMib: true, status: true } });
-    const bytes = rows.reduce((sum, row) => sum + (row.sizeBytes === null ? 0 : Number(row.sizeBytes)), 0);
+    const rows = await clientFor(tx).snapshot.findMany({ where: { accountId }, select: { sizeBytes: true, diskMib: true, memoryMib: true, memory: true, status: true } });
+    const bytes = rows.reduce((sum, row) => sum + (row.status === 'pending' ? snapshotMostBytes(row) : Number(row.sizeBytes ?? 0)), 0);
     return { count: rows.length, bytes };
   }
 
@@ -79,6 +82,11 @@ export class SnapshotStore {
   /** Pending snapshots (their takers may have stopped: see Snapshots.failInterrupted). */
   pending(): Promise<Snapshot[]> {
     return this.db.snapshot.findMany({ where: { status: 'pending' } });
+  }
+
+  /** The account's snapshots that have files (ready, or failed after a taking that may have left some). */
+  ofAccount(accountId: string): Promise<Snapshot[]> {
+    return this.db.snapshot.findMany({ where: { accountId } });
   }
 
   delete(tx: Transaction, accountId: string, id: string): Promise<{ count: number }> {

@@ -113,4 +113,39 @@ describe('console machine pages with a real guest', () => {
     expect(inCopy).toMatchObject({ exitCode: 0, stdout: `only-in-memory\nalive\n${NAME}-copy\n` });
     await screenshot(page, 'fork-copy');
   }, BOOT_MS + 60_000);
+
+  test('a snapshot from the machine page, on the Snapshots page, and a new machine from it that goes on with its memory', async () => {
+    await page.goto(`${rig.url}/console/machines/${NAME}`);
+    await page.getByRole('group', { name: 'Machine actions' }).getByRole('button', { name: 'Snapshot', exact: true }).click();
+    const dialog = page.getByRole('dialog', { name: `Take a snapshot of ${NAME}` });
+    await expect(dialog.getByRole('checkbox', { name: /Keep its memory too/ }).isChecked()).resolves.toBe(true);
+    await dialog.getByRole('textbox', { name: 'Name' }).fill('prepared');
+    await screenshot(page, 'snapshot-dialog');
+    await dialog.getByRole('button', { name: 'Take snapshot' }).click();
+    await page.waitForURL(`${rig.url}/console/snapshots`);
+    const row = page.getByRole('table', { name: 'Snapshots' }).getByRole('row', { name: /prepared/ });
+    await row.getByText('ready', { exact: true }).waitFor({ timeout: 120_000 }); // the snapshot.ready event refreshes the list
+    await row.getByText('disk and memory').waitFor();
+    await screenshot(page, 'snapshots');
+
+    await row.getByRole('link', { name: 'New machine from prepared' }).click();
+    await page.getByText('The machine continues its memory').waitFor();
+    await expect(page.getByRole('spinbutton', { name: 'Memory (MiB)' }).inputValue()).resolves.toBe('768');
+    await page.getByRole('textbox', { name: 'Name', exact: true }).fill(`${NAME}-restored`);
+    await page.getByRole('textbox', { name: 'SSH public key' }).fill(new SshKeyFactory().generate('ed25519').publicKey);
+    await screenshot(page, 'create-from-snapshot');
+    await page.getByRole('button', { name: 'Create machine' }).click();
+    await page.waitForURL(`${rig.url}/console/machines/${NAME}-restored`, { timeout: BOOT_MS });
+    await statusShown('running', BOOT_MS);
+    const restored = (await rig.t.api.get(`/v1/instances/${NAME}-restored`).set(bearer(key)).expect(200)).body;
+    expect(restored).toMatchObject({ started_from: 'snapshot_memory', vcpu: 1, memory_mib: 768 });
+    const inside = await guestRun(rig.t, restored.id, 'cat /dev/shm/marker; kill -0 "$(cat /dev/shm/sleeper)" && echo alive; hostname');
+    expect(inside).toMatchObject({ exitCode: 0, stdout: `only-in-memory\nalive\n${NAME}-restored\n` });
+
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Snapshots', exact: true }).click();
+    await row.getByRole('button', { name: 'Delete' }).click();
+    await page.getByRole('dialog', { name: /Delete the snapshot/ }).getByRole('button', { name: 'Delete snapshot' }).click();
+    await page.getByText('No snapshots yet.').waitFor();
+    await rig.t.api.get('/v1/snapshots/prepared').set(bearer(key)).expect(404);
+  }, BOOT_MS + 180_000);
 });

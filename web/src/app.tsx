@@ -16,6 +16,7 @@ import { EnvironmentPage, EnvironmentsPage } from './pages/environments';
 import { ApiKeysPage } from './pages/api-keys';
 import { DeviceKeysPage } from './pages/device-keys';
 import { WebhooksPage, WebhookPage } from './pages/webhooks';
+import { SnapshotsPage } from './pages/snapshots';
 import { EventsPage } from './pages/events';
 import { AlertsPage } from './pages/alerts';
 import { SignInsPage } from './pages/sign-ins';
@@ -66,6 +67,7 @@ const NAVIGATION: { href: string; label: string }[] = [
   { href: '/', label: 'Machines' },
   { href: '/console/images', label: 'Images' },
   { href: '/console/environments', label: 'Environments' },
+  { href: '/console/snapshots', label: 'Snapshots' },
   { href: '/console/keys', label: 'API keys' },
   { href: '/console/device-keys', label: 'Device keys' },
   { href: '/console/webhooks', label: 'Webhooks' },
@@ -126,7 +128,9 @@ function Page({ location }: { location: Location }): ComponentChildren {
   if (location.path === '/') return <HomePage />;
   switch (page) {
     case 'new':
-      return <CreateMachinePage />;
+      return <CreateMachinePage key={location.query.get('snapshot') ?? ''} snapshotId={location.query.get('snapshot')} />;
+    case 'snapshots':
+      return <SnapshotsPage />;
     case 'machines':
       return item ? <MachinePage key={item} name={item} tab={location.query.get('tab')} /> : <HomePage />;
     case 'images':

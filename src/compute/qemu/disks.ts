@@ -90,6 +90,11 @@ export async function qcow2Header(path: string): Promise<ImageInfo> {
   return JSON.parse(stdout) as ImageInfo;
 }
 
+/** Sets the backing file a qcow2 header names, reading neither the old nor the new backing file. */
+export async function rebaseUnsafe(overlay: string, newBacking: string): Promise<void> {
+  await run(qemuImgBinary(), ['rebase', '-q', '-u', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay]);
+}
+
 /** Offline compaction: make `overlay` independent of the layers between it and `newBacking`. */
 export async function rebaseOffline(overlay: string, newBacking: string): Promise<void> {
   // Safe mode (no -u): copies every cluster where the old and new backing chains differ.

@@ -2,7 +2,7 @@
 // busy (starting, stopping, deleting) would only be refused (409 K05), so none is offered then.
 import type { Instance } from '../api';
 
-export type MachineAction = 'start' | 'stop' | 'stop-keep-memory' | 'restart' | 'upgrade' | 'fork' | 'rename' | 'extend' | 'delete';
+export type MachineAction = 'start' | 'stop' | 'stop-keep-memory' | 'restart' | 'upgrade' | 'fork' | 'snapshot' | 'rename' | 'extend' | 'delete';
 
 /** States in which no operation runs; anything else is on its way to one of them. */
 export const SETTLED_STATES = new Set(['running', 'stopped', 'error']);
@@ -18,6 +18,7 @@ export function actionsFor(instance: Instance): Set<MachineAction> {
   if (!isSettled(instance)) return actions;
   actions.add('delete');
   if (instance.update_available) actions.add('upgrade');
+  if (instance.status !== 'error') actions.add('snapshot');
   switch (instance.status) {
     case 'running':
       actions.add('stop').add('stop-keep-memory').add('restart').add('fork');

@@ -1,7 +1,8 @@
 // Create a machine: name, image (the universal one or a ready private image) and environment (optional),
 // shape (default, large or custom within the account's limits), the SSH key it trusts, lifetime and
-// checkpoint interval (CreateInstanceRequest). While it is made the page
-// shows the progress (machine/create.ts) and then opens the machine.
+// checkpoint interval (CreateInstanceRequest). From a named snapshot (`?snapshot=<id>`, the Snapshots
+// page's "New machine"), the snapshot replaces image and environment and its source's shape is
+// filled in. While it is made the page shows the progress (machine/create.ts) and then opens the machine.
 import { useState } from 'preact/hooks';
 import { api, ok, type Schemas } from '../api';
 import { Link } from '../router';
@@ -17,8 +18,9 @@ import { fetchEnvironments } from './environments/data';
 
 type Status = Schemas['ControlPlaneStatusResponse'];
 
-export function CreateMachinePage() {
+export function CreateMachinePage({ snapshotId }: { snapshotId?: string | null }) {
   const status = useLoad(() => ok(api.GET('/v1/status')), []);
+  const snapshot = useLoad(async () => (snapshotId ? ok(api.GET('/v1/snapshots/{id}', { params: { path: { id: snapshotId } } })) : null), [snapshotId]);
   const create = useCreateMachine();
   const { progress } = create;
   return (
@@ -38,20 +40,21 @@ export function CreateMachinePage() {
             )}
           </>
         )}
-        <Loaded load={status}>{(data) => <CreateForm status={data} onSubmit={create.start} />}</Loaded>
+        <Loaded load={status}>{(data) => <Loaded load={snapshot}>{(from) => <CreateForm status={data} snapshot={from} onSubmit={create.start} />}</Loaded>}</Loaded>
       </div>
     </section>
   );
 }
 
-function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: CreateBody): void }) {
+function CreateForm({ status, snapshot, onSubmit }: { status: Status; snapshot: Schemas['SnapshotResponse'] | null; onSubmit(body: CreateBody): void }) {
   const large = largeShape(status.limits);
   const [name, setName] = useState('');
   const [image, setImage] = useState(UNIVERSAL);
   const images = useLoad(fetchImages, []);
   const [environment, setEnvironment] = useState('');
-  const [choice, setChoice] = useState<ShapeChoice>(shapeProblem(DEFAULT_SHAPE, status) ? 'custom' : 'default');
-  const [custom, setCustom] = useState<Shape>({ vcpu: 2, memory_mib: 2048, disk_mib: 16 * 1024 });
+  // From a snapshot: its source's shape (the same vCPUs and memory continue its memory; the disk may grow).
+  const [choice, setChoice] = useState<ShapeChoice>(snapshot || shapeProblem(DEFAULT_SHAPE, status) ? 'custom' : 'default');
+  const [custom, setCustom] = useState<Shape>(snapshot ? { ...snapshot.source } : { vcpu: 2, memory_mib: 2048, disk_mib: 16 * 1024 });
   const [sshKey, setSshKey] = useState('');
   const [lifetime, setLifetime] = useState('');
   const [checkpointMinutes, setCheckpointMinutes] = useState(5);
@@ -66,8 +69,9 @@ function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: Creat
         if (problem) return;
         onSubmit({
           profile: 'desktop',
-          ...(image !== UNIVERSAL ? { image } : {}),
-          ...(environment ? { environment } : {}),
+          ...(snapshot ? { snapshot: snapshot.id } : {}),
+          ...(!snapshot && image !== UNIVERSAL ? { image } : {}),
+          ...(!snapshot && environment ? { environment } : {}),
           ...shape,
           ssh_public_key: sshKey.trim(),
           name: name || null,
@@ -80,19 +84,25 @@ function CreateForm({ status, onSubmit }: { status: Status; onSubmit(body: Creat
         <input id="machine-name" name="name" value={name} pattern={INSTANCE_NAME_PATTERN} maxLength={63} autoComplete="off" spellcheck={false} aria-describedby="machine-name-hint" onInput={(e) => setName(e.currentTarget.value.trim())} />
       </Field>
 
-      <ImageField
-        value={image}
-        images={images}
-        onChange={(id, chosen) => {
-          setImage(id);
-          // A private image made with recommended resources: the machine starts with them (changeable).
-          if (chosen?.resources) {
-            setChoice('custom');
-            setCustom({ vcpu: chosen.resources.vcpu, memory_mib: chosen.resources.memory_mib, disk_mib: chosen.resources.disk_mib });
-          }
-        }}
-      />
-      <EnvironmentField value={environment} onChange={setEnvironment} />
+      {snapshot ? (
+        <SnapshotSource snapshot={snapshot} shape={shape} />
+      ) : (
+        <>
+          <ImageField
+            value={image}
+            images={images}
+            onChange={(id, chosen) => {
+              setImage(id);
+              // A private image made with recommended resources: the machine starts with them (changeable).
+              if (chosen?.resources) {
+                setChoice('custom');
+                setCustom({ vcpu: chosen.resources.vcpu, memory_mib: chosen.resources.memory_mib, disk_mib: chosen.resources.disk_mib });
+              }
+            }}
+          />
+          <EnvironmentField value={environment} onChange={setEnvironment} />
+        </>
+      )}
 
       <fieldset>
         <legend>Shape</legend>
@@ -180,6 +190,25 @@ function SshKeyField({ value, onChange }: { value: string; onChange(value: strin
         </Field>
       )}
     </>
+  );
+}
+
+/** What a machine made from a snapshot starts as, and whether the chosen shape continues its memory. */
+function SnapshotSource({ snapshot, shape }: { snapshot: Schemas['SnapshotResponse']; shape: Shape }) {
+  const continues = snapshot.memory && shape.vcpu === snapshot.source.vcpu && shape.memory_mib === snapshot.source.memory_mib;
+  return (
+    <div class="field snapshot-source">
+      <span class="label">From snapshot</span>
+      <p>
+        <strong>{snapshot.name}</strong> of {snapshot.instance_name} ({describeShape(snapshot.source)}).{' '}
+        {continues
+          ? 'The machine continues its memory: programs that ran when it was taken run on.'
+          : snapshot.memory
+            ? 'With another vCPU count or memory size the machine boots its disk (its memory is not continued).'
+            : 'It holds a disk: the machine boots it.'}{' '}
+        The disk may be larger than {formatMib(snapshot.source.disk_mib)}, not smaller. <Link href="/console/snapshots">All snapshots</Link>
+      </p>
+    </div>
   );
 }
 

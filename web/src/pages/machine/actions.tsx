@@ -62,6 +62,7 @@ export function MachineActions({ instance, tab, onChange }: { instance: Instance
           'Upgrade machine',
         )}
         {offered.has('fork') && <ForkDialog instance={instance} disabled={busy} />}
+        {offered.has('snapshot') && <SnapshotDialog instance={instance} disabled={busy} />}
         {offered.has('rename') && <RenameDialog instance={instance} tab={tab} disabled={busy} />}
         {offered.has('extend') && <ExtendDialog instance={instance} disabled={busy} onChange={onChange} />}
         {offered.has('delete') && (
@@ -151,6 +152,39 @@ function ForkDialog({ instance, disabled }: { instance: Instance; disabled: bool
       <label class="checkbox">
         <input id="fork-memory" type="checkbox" checked={withMemory} onChange={(e) => setWithMemory(e.currentTarget.checked)} />
         {' '}Copy its memory too: the copy continues the running programs (this machine pauses briefly)
+      </label>
+    </FormDialog>
+  );
+}
+
+function SnapshotDialog({ instance, disabled }: { instance: Instance; disabled: boolean }) {
+  const hasMemory = instance.status === 'running' || Boolean(instance.session_saved);
+  const [name, setName] = useState('');
+  const [withMemory, setWithMemory] = useState(hasMemory);
+  return (
+    <FormDialog
+      label="Snapshot"
+      title={`Take a snapshot of ${instance.name}`}
+      submitLabel="Take snapshot"
+      disabled={disabled}
+      onOpen={() => {
+        setName(`${instance.name.slice(0, 40)}-${new Date().toISOString().slice(0, 16).replace(/[-:]/g, '').replace('T', '-')}`);
+        setWithMemory(hasMemory);
+      }}
+      onSubmit={async () => {
+        await ok(api.POST('/v1/instances/{name}/snapshots', { params: { path: { name: instance.name } }, body: { name, memory: withMemory } }));
+        navigate('/console/snapshots');
+      }}
+    >
+      <p>
+        The snapshot keeps the disk as it is now{withMemory ? ' and the memory: machines made from it continue the running programs (this machine pauses briefly)' : ''}. It stays when this machine is deleted.
+      </p>
+      <Field label="Name" id="snapshot-name" hint="Letters, digits, '.', '_' and '-'; unique in your account.">
+        <input id="snapshot-name" required value={name} pattern="[A-Za-z0-9][A-Za-z0-9._\-]{0,62}" maxLength={63} autoComplete="off" spellcheck={false} aria-describedby="snapshot-name-hint" onInput={(e) => setName(e.currentTarget.value.trim())} />
+      </Field>
+      <label class="checkbox">
+        <input id="snapshot-memory" type="checkbox" checked={withMemory} disabled={!hasMemory} onChange={(e) => setWithMemory(e.currentTarget.checked)} />
+        {' '}Keep its memory too{hasMemory ? '' : ' (only a running machine, or one stopped keeping its memory, has one)'}
       </label>
     </FormDialog>
   );
