@@ -23,6 +23,8 @@ export interface SavedMachineState {
   serialLog: string;
   /** Whether the saved machine ran with a VM generation ID device (its device set must be the same). */
   generationId: boolean;
+  /** The state file holds the RAM too (a live capture): there is no RAM file to copy. */
+  ramInState?: boolean;
 }
 import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, saveMemory, type QemuMachine } from './qemu';
 
@@ -44,6 +46,7 @@ export interface MachineProcesses {
   continueSession(
     id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity,
     personaliseOptions: PersonaliseOptions, beforePersonalise?: (machine: QemuMachine) => Promise<void>,
+    restore?: { ramInState?: boolean },
   ): Promise<StartedMachine>;
   /** Asks the guest to flush its file systems; without an answer what follows is crash-consistent. */
   flushGuest(id: string, what: string): Promise<void>;
@@ -206,11 +209,11 @@ export class InstantCopies {
     await this.processes.newDisk(id, saved.disk, saved.diskBytes, { generationId: saved.generationId });
     await afterDisk?.(saved.disk);
     const files = machineFiles(this.processes.machineDir(id));
-    await copyRamFile(saved.memoryFile, files.memoryFile);
+    if (!saved.ramInState) await copyRamFile(saved.memoryFile, files.memoryFile);
     copyFileSync(saved.stateFile, files.stateFile);
     if (existsSync(saved.serialLog)) copyFileSync(saved.serialLog, files.serialLog);
     this.ownRunFiles(id, [files.memoryFile, files.serialLog]);
-    const started = await this.continueRestored(id, shape, image, identity, { growToBytes: Math.max(shape.diskMib * MIB, saved.diskBytes) });
+    const started = await this.continueRestored(id, shape, image, identity, { growToBytes: Math.max(shape.diskMib * MIB, saved.diskBytes), ramInState: saved.ramInState });
     return { ...started, startedFrom };
   }
 
@@ -225,12 +228,12 @@ export class InstantCopies {
    * memory) and gives it its identity: new host keys and machine id, renewed caches, its clock, a
    * disk grown to its size.
    */
-  private continueRestored(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity, options: { growToBytes?: number }): Promise<StartedMachine> {
+  private continueRestored(id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity, options: { growToBytes?: number; ramInState?: boolean }): Promise<StartedMachine> {
     return this.processes.continueSession(id, shape, image, identity, { restored: { diskBytes: options.growToBytes } }, async (machine) => {
       if (options.growToBytes === undefined) return;
       const top = await activeLayer(machine.qmp);
       await machine.qmp.execute('block_resize', { 'node-name': top.node, size: options.growToBytes });
-    });
+    }, { ramInState: options.ramInState });
   }
 
   /** The boot snapshot of a configuration: ready, being made, or made now (null: off, or the making failed). */

@@ -9,6 +9,7 @@
 // onto leaves a `deleted` mark: the folder goes once no chain uses it (sweep()).
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, relative, sep } from 'node:path';
+import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { parsePeerJson, peerShape } from '../protocol/peer-input';
 import type { DiskChains } from './disk-chain';
@@ -16,7 +17,7 @@ import type { InstantCopies, MachineProcesses, SavedMachineState } from './insta
 import type { MachineJail } from './jail';
 import { headerProblem, type LayerStore } from './layers';
 import type { Accelerator, CreatedMachine, GuestIdentity, HostImage, MachineShape, TakenSnapshot } from './machine-host';
-import { copyRamFile, createOverlay, machineFiles, qcow2Header, qemuBuild, rebaseOffline, rebaseUnsafe } from './qemu';
+import { captureLive, copyRamFile, createOverlay, machineFiles, qcow2Header, qemuBuild, rebaseOffline, rebaseUnsafe } from './qemu';
 
 const MIB = 1048576;
 const SNAPSHOT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -30,9 +31,13 @@ const ManifestSchema = Type.Object({
     Type.Object({
       qemu: Type.String({ maxLength: 1000 }),
       accelerator: Type.String({ maxLength: 16 }),
+      /** The CPU the guest saw: the host's own under KVM (`-cpu host`), QEMU's default model under TCG. */
+      cpu: Type.String({ maxLength: 200 }),
       vcpu: Type.Integer({ minimum: 1, maximum: 1024 }),
       memory_mib: Type.Integer({ minimum: 1, maximum: 1 << 30 }),
       generation_id: Type.Boolean(),
+      /** The state file holds the RAM (a live capture of a running machine); else a RAM file is beside it. */
+      ram_in_state: Type.Boolean(),
     }),
     Type.Null(),
   ]),
@@ -71,15 +76,19 @@ export class NamedSnapshots {
       let part: string | undefined;
       let pausedMs = 0;
       try {
-        let memory: { stateFile: string; memoryFile: string } | null = null;
+        let memory: { stateFile: string; memoryFile: string; ramInState: boolean } | null = null;
         part = this.folderOf(`${snapshotId}.part`);
         rmSync(part, { recursive: true, force: true });
         mkdirSync(this.settings.dir, { recursive: true, mode: 0o755 });
         mkdirSync(part, { mode: 0o755 });
         const into = { stateFile: join(part, FILES.state), memoryFile: join(part, FILES.memory) };
         if (machine && options.memory) {
-          pausedMs = await this.parts.copies.capturePaused(id, machine, { forkActive: cut, ...into });
-          memory = into;
+          // The RAM goes while the guest runs; it stands still only for the disk cut and the last pages with the device state.
+          const captured = await captureLive(machine, {
+            stateFile: into.stateFile, memoryMib: shape.memoryMib, socketOwner: this.parts.jail.userOf(id), atSwitchover: () => this.parts.copies.cutRunningDisk(id, machine, cut),
+          });
+          pausedMs = captured.pausedMs;
+          memory = { ...into, ramInState: true };
         } else if (machine) {
           await this.machines.flushGuest(id, 'a snapshot'); // what programs wrote is in it, not only what reached the disk
           await this.parts.copies.cutRunningDisk(id, machine, cut);
@@ -88,7 +97,7 @@ export class NamedSnapshots {
           if (options.memory) {
             await copyRamFile(run.memoryFile, into.memoryFile);
             copyFileSync(run.stateFile, into.stateFile);
-            memory = into;
+            memory = { ...into, ramInState: false };
           }
         }
         await this.flatten(cut, join(part, FILES.disk), join(part, 'work'));
@@ -96,7 +105,9 @@ export class NamedSnapshots {
         const manifest: SnapshotManifest = {
           format: 1,
           disk_bytes: (await qcow2Header(join(part, FILES.disk)))['virtual-size'],
-          memory: memory ? { qemu: qemuBuild(), accelerator: this.settings.accelerator, vcpu: shape.vcpu, memory_mib: shape.memoryMib, generation_id: state.generationId ?? false } : null,
+          memory: memory
+            ? { qemu: qemuBuild(), accelerator: this.settings.accelerator, cpu: guestCpu(this.settings.accelerator), vcpu: shape.vcpu, memory_mib: shape.memoryMib, generation_id: state.generationId ?? false, ram_in_state: memory.ramInState }
+            : null,
         };
         writeFileSync(join(part, FILES.manifest), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o644 });
         for (const name of readdirSync(part)) chmodSync(join(part, name), name === FILES.manifest ? 0o644 : 0o600); // the disk: read by machines made from it, through ACLs
@@ -165,8 +176,9 @@ export class NamedSnapshots {
     const saved: SavedMachineState = {
       disk: join(dir, FILES.disk), diskBytes: manifest.disk_bytes, memoryFile: join(dir, FILES.memory), stateFile: join(dir, FILES.state), serialLog: join(dir, FILES.serialLog),
       generationId: manifest.memory?.generation_id ?? true,
+      ramInState: manifest.memory?.ram_in_state ?? false,
     };
-    const mismatch = !options.memory ? 'not asked for' : !existsSync(saved.memoryFile) ? 'the snapshot holds no RAM file' : this.memoryMismatch(manifest, shape);
+    const mismatch = !options.memory ? 'not asked for' : !saved.ramInState && !existsSync(saved.memoryFile) ? 'the snapshot holds no RAM file' : this.memoryMismatch(manifest, shape);
     if (!mismatch) {
       try {
         return await this.parts.copies.restoreCopy(id, images.memory, shape, identity, saved, 'snapshot_memory', (disk) => this.parts.jail.grantRead(id, [disk]));
@@ -237,6 +249,7 @@ export class NamedSnapshots {
     if (!memory) return 'the snapshot holds no memory';
     if (memory.vcpu !== shape.vcpu || memory.memory_mib !== shape.memoryMib) return 'the machine has another vCPU count or memory size than the snapshot\'s';
     if (memory.qemu !== qemuBuild() || memory.accelerator !== this.settings.accelerator) return 'the snapshot was saved by another QEMU build or accelerator';
+    if (memory.cpu !== guestCpu(this.settings.accelerator)) return 'the snapshot was saved on another CPU';
     return null;
   }
 
@@ -273,6 +286,19 @@ export class NamedSnapshots {
   private folderOf(name: string): string {
     return join(this.settings.dir, name);
   }
+}
+
+let hostCpu: string | undefined;
+
+/** What CPU a guest of this accelerator sees: the host's model and features under KVM (`-cpu host`). */
+function guestCpu(accelerator: string): string {
+  if (accelerator !== 'kvm') return 'qemu-default';
+  hostCpu ??= (() => {
+    const info = readText('/proc/cpuinfo').split('\n');
+    const field = (name: string) => info.find((line) => line.startsWith(name))?.split(':')[1]?.trim() ?? '';
+    return `host:${field('model name')}:${createHash('sha256').update(field('flags')).digest('hex').slice(0, 16)}`;
+  })();
+  return hostCpu;
 }
 
 function checkId(snapshotId: string): void {

@@ -120,7 +120,7 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       newDisk: (id, backing, sizeBytes, diskOptions) => this.newDisk(id, backing, sizeBytes, diskOptions),
       createDisk: (id, image, diskMib) => this.createDisk(id, image, diskMib),
       boot: (id, shape, image, identity) => this.boot(id, shape, image, identity),
-      continueSession: (id, shape, image, identity, personaliseOptions, beforePersonalise) => this.continueSession(id, shape, image, identity, personaliseOptions, beforePersonalise),
+      continueSession: (id, shape, image, identity, personaliseOptions, beforePersonalise, restore) => this.continueSession(id, shape, image, identity, personaliseOptions, beforePersonalise, restore),
       flushGuest: (id, what) => this.flushGuest(id, what),
       stop: (id, stopOptions) => this.stop(id, stopOptions),
       destroy: (id) => this.destroy(id),
@@ -254,9 +254,9 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
    */
   private async continueSession(
     id: string, shape: MachineShape, image: HostImage, identity: GuestIdentity,
-    personaliseOptions: PersonaliseOptions, beforePersonalise?: (machine: QemuMachine) => Promise<void>,
+    personaliseOptions: PersonaliseOptions, beforePersonalise?: (machine: QemuMachine) => Promise<void>, restore: { ramInState?: boolean } = {},
   ): Promise<StartedMachine> {
-    const machine = await this.startFromSession(id, shape, image);
+    const machine = await this.startFromSession(id, shape, image, restore);
     const agent = this.agent(id);
     await agent.waitConnected(60_000);
     await beforePersonalise?.(machine);
@@ -308,12 +308,12 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
   }
 
   /** Starts QEMU on the machine's saved state (its own session or a copy) and forgets the state file. */
-  private async startFromSession(id: string, shape: MachineShape, image: HostImage): Promise<QemuMachine> {
+  private async startFromSession(id: string, shape: MachineShape, image: HostImage, restore: { ramInState?: boolean } = {}): Promise<QemuMachine> {
     const files = machineFiles(this.machineDir(id));
     let restored: QemuMachine | undefined;
     await this.exclusive(id, () =>
       this.jailed(id, shape, image, async (start) => {
-        const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, beforeLoad: () => this.jail.seal(id) });
+        const { machine } = await restoreMemory(this.spec(id, shape, image), { ...start, stateFile: files.stateFile, ramInState: restore.ramInState, beforeLoad: () => this.jail.seal(id) });
         this.running.set(id, machine);
         await trackChanges(machine);
         restored = machine;

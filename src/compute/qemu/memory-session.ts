@@ -49,6 +49,14 @@ export interface SaveOptions {
   socketOwner?: { uid: number; gid: number };
 }
 
+/** The `.part` file a state is written to (renamed once whole); neither it nor an older state is left. */
+function clearedPart(stateFile: string): string {
+  const part = `${stateFile}.part`;
+  rmSync(part, { force: true });
+  rmSync(stateFile, { force: true });
+  return part;
+}
+
 /** Where a machine's state is sent and received: beside its QMP socket. */
 export function migrationSocket(spec: Pick<MachineSpec, 'qmpSocket'>): string {
   const path = join(dirname(spec.qmpSocket), 'migrate.sock');
@@ -81,9 +89,7 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
   const timeoutMs = options.timeoutMs ?? 120_000;
   const ignoreShared = Boolean(machine.spec.memoryFile);
   const { stateFile } = options;
-  const part = `${stateFile}.part`;
-  rmSync(part, { force: true });
-  rmSync(stateFile, { force: true });
+  const part = clearedPart(stateFile);
   const qmp = machine.qmp;
 
   const socket = migrationSocket(machine.spec);
@@ -127,6 +133,69 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
   return { stateFile, stateBytes: statSync(stateFile).size, ignoreShared, saveMs, totalMs: Date.now() - started };
 }
 
+export interface LiveCaptureOptions {
+  stateFile: string;
+  /** While the guest stands still at the end (QEMU waits in `pre-switchover`): the disk cut. */
+  atSwitchover(): Promise<void>;
+  /** The whole capture. */
+  timeoutMs?: number;
+  socketOwner?: { uid: number; gid: number };
+  /** The guest's memory size (an adopted machine's QEMU does not say): bounds what is taken. */
+  memoryMib: number;
+}
+
+/**
+ * The running machine's whole state in one file (RAM and devices: the stream a restore with
+ * `ramInState` loads), taken while the guest runs: QEMU sends its RAM while it runs, then stops it
+ * for the last dirty pages and waits (`pause-before-switchover`) while `atSwitchover` runs; the
+ * device state follows and the guest runs on. Only that end is a pause (its length is answered),
+ * not the copy of the RAM. The stream holds RAM pages sent again while they changed: it may be
+ * larger than the RAM, up to three times it (more is refused).
+ */
+export async function captureLive(machine: QemuMachine, options: LiveCaptureOptions): Promise<{ pausedMs: number; stateBytes: number }> {
+  const started = Date.now();
+  const timeoutMs = options.timeoutMs ?? 300_000;
+  const { stateFile } = options;
+  const part = clearedPart(stateFile);
+  const qmp = machine.qmp;
+  const socket = migrationSocket(machine.spec);
+  const limitBytes = (options.memoryMib * 3 + 256) * 1048576;
+  const receiver = await receiveState(socket, part, { socketOwner: options.socketOwner, limitBytes });
+  let pausedAt: number | undefined;
+  let pausedMs = 0;
+  try {
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: false }, { capability: 'pause-before-switchover', state: true }] });
+    await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
+    await qmp.execute('migrate', { uri: `unix:${socket}` });
+    const status = (wanted: string[]) => pollUntil(async () => {
+      const info = await qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
+      return wanted.includes(info.status ?? '') || info.status === 'failed' || info.status === 'cancelled' ? info : undefined;
+    }, Math.max(1000, timeoutMs - (Date.now() - started)), 2);
+    const switching = await status(['pre-switchover', 'completed']);
+    if (!switching) throw new Error(`the memory of ${machine.id} was not sent within ${timeoutMs} ms`);
+    if (switching.status !== 'pre-switchover') throw new Error(`the memory capture of ${machine.id} ${switching.status}: ${switching['error-desc'] ?? 'no detail'}`);
+    pausedAt = Date.now();
+    await options.atSwitchover();
+    await qmp.execute('migrate-continue', { state: 'pre-switchover' });
+    const final = await status(['completed']);
+    if (!final || final.status !== 'completed') throw new Error(`the memory capture of ${machine.id} ${final?.status ?? 'did not complete'}: ${final?.['error-desc'] ?? 'no detail'}`);
+    await qmp.execute('cont'); // postmigrate: cont takes its disks back and runs the guest on
+    pausedMs = Date.now() - pausedAt;
+    pausedAt = undefined;
+    await withDeadline(receiver.written, Math.max(1000, timeoutMs - (Date.now() - started)), () => new Error(`the memory capture of ${machine.id} completed but ${stateFile} was not written`));
+    renameSync(part, stateFile);
+  } catch (error) {
+    await qmp.execute('migrate_cancel').catch(() => undefined);
+    rmSync(part, { force: true });
+    throw error;
+  } finally {
+    receiver.close();
+    if (pausedAt !== undefined || (await machine.status().catch(() => 'running')) !== 'running') await qmp.execute('cont').catch(() => undefined);
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'pause-before-switchover', state: false }] }).catch(() => undefined);
+  }
+  return { pausedMs, stateBytes: statSync(stateFile).size };
+}
+
 /**
  * A machine a save left paused because the process driving it died (the save of a stop, the source
  * of a fork with memory): the migration streamed to that process, so it fails or is cancelled
@@ -150,6 +219,8 @@ export interface RestoreOptions extends StartOptions {
    * jail seals the machine's files here, before QEMU parses anything the last run left.
    */
   beforeLoad?: () => Promise<void> | void;
+  /** The state holds the RAM too (captureLive): loaded into a new RAM file, not mapped from a copy. */
+  ramInState?: boolean;
 }
 
 export interface RestoreResult {
@@ -167,13 +238,13 @@ export async function restoreMemory(spec: MachineSpec, options: RestoreOptions):
   const timeoutMs = options.timeoutMs ?? 120_000;
   if (!existsSync(options.stateFile)) throw new Error(`no saved session: ${options.stateFile} does not exist`);
   // Without its RAM file an ignore-shared state would resume onto zeroed memory: refuse.
-  if (spec.memoryFile && !existsSync(spec.memoryFile)) throw new Error(`saved session needs its RAM file ${spec.memoryFile}, which is missing`);
+  if (spec.memoryFile && !options.ramInState && !existsSync(spec.memoryFile)) throw new Error(`saved session needs its RAM file ${spec.memoryFile}, which is missing`);
 
   const machine = await startMachine({ ...spec, incoming: true }, options);
   let sender: { close(): void } | undefined;
   try {
     const qmp = machine.qmp;
-    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: Boolean(spec.memoryFile) }] });
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: Boolean(spec.memoryFile) && !options.ramInState }] });
     // QEMU listens; nothing of the guest has run yet, so the socket it made is its own.
     const socket = migrationSocket(spec);
     rmSync(socket, { force: true });
