@@ -3,13 +3,14 @@
 // a process started before it are there, each with its own host name, machine id and SSH host
 // keys), a disk-only snapshot booted with a bigger disk after its source was deleted, a stopped
 // machine's disk, the refusals (S01–S06, K01, L15), and deletion: a snapshot's disk that machines
-// still back onto stays (marked) until they are gone. On both databases.
+// still back onto stays (marked) until they are gone, and an account's deletion removes its
+// snapshots' files. On both databases.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { ensureTestImage, TEST_IMAGE_DIR as IMAGE_DIR } from '../support/images';
 import { guestRun } from '../support/guest';
-import { apiKeyFor, bearer, createAccount, startTestService, TestService } from '../support/harness';
+import { apiKeyFor, bearer, createAccount, startTestService, TEST_PASSWORD, TestService } from '../support/harness';
 
 jest.setTimeout(900_000);
 
@@ -21,6 +22,7 @@ describe('named snapshots of real machines', () => {
   let key: string;
   let accountId: string;
   let sourceId: string;
+  let grownId: string;
   const snapshotIds: Record<string, string> = {};
 
   const api = () => t.api;
@@ -142,6 +144,7 @@ describe('named snapshots of real machines', () => {
     expectError(await create({ name: 'too-small', snapshot: 'disk-only', disk_mib: 1024 }), 422, 'S06');
     const grown = await create({ name: 'grown', snapshot: 'disk-only', disk_mib: 3072 });
     if (grown.status !== 200) throw new Error(JSON.stringify(grown.body));
+    grownId = grown.body.id;
     expect(grown.body).toMatchObject({ started_from: 'snapshot_disk', disk_mib: 3072 });
     const inside = await guestRun(t, grown.body.id, 'cat /root/marker; df -Pk / | tail -1 | tr -s " " | cut -d" " -f2');
     const [marker, rootKib] = inside.stdout.trim().split('\n');
@@ -191,5 +194,18 @@ describe('named snapshots of real machines', () => {
     }
     expectError(await api().post('/v1/instances/grown/snapshots').set(auth()).send({ name: 'one-too-many' }), 409, 'L15');
     expect(await t.services.database.prisma.snapshot.count({ where: { accountId, name: 'one-too-many' } })).toBe(0);
+  });
+
+  it('removes the account\'s snapshots\' files when the account is deleted', async () => {
+    const diskOnly = snapshotIds['disk-only']!;
+    expect(existsSync(join(folderOf(diskOnly), 'disk.qcow2'))).toBe(true);
+    const account = (await t.services.database.prisma.account.findUnique({ where: { id: accountId } }))!;
+    await t.services.deletions.request(accountId, account.email, TEST_PASSWORD);
+    expect(await t.services.deletions.runDue()).toBe(1);
+    expect(await t.services.database.prisma.snapshot.count({ where: { accountId } })).toBe(0);
+    // 'grown' still backs onto it (its machine goes as a stray at the next start): marked, its memory gone, then swept with it.
+    expect(existsSync(join(folderOf(diskOnly), 'deleted'))).toBe(true);
+    await t.services.machineHost.destroy(grownId);
+    expect(existsSync(folderOf(diskOnly))).toBe(false);
   });
 });
