@@ -2,7 +2,7 @@
 // worker: a memory snapshot of a running machine continued by two new machines (a file written and
 // a process started before it are there, each with its own host name, machine id and SSH host
 // keys), a disk-only snapshot booted with a bigger disk after its source was deleted, a stopped
-// machine's disk, the refusals (S01–S06, K01, L15), and deletion: a snapshot's disk that machines
+// machine's disk, the refusals (S01–S06, K01, L15, L16), and deletion: a snapshot's disk that machines
 // still back onto stays (marked) until they are gone, and an account's deletion removes its
 // snapshots' files. On both databases.
 import { existsSync } from 'node:fs';
@@ -181,16 +181,32 @@ describe('named snapshots of real machines', () => {
     expect(of('stopped-disk')).toEqual(['snapshot.created', 'snapshot.ready', 'snapshot.deleted']);
   });
 
-  it('holds each account to its snapshot count (L15)', async () => {
+  it('snapshots a machine made from a snapshot: the copy holds both generations\' files', async () => {
+    expect((await guestRun(t, grownId, 'echo second > /root/second && sync')).exitCode).toBe(0);
+    await take('grown', { name: 'second-generation', memory: false });
+    const next = await create({ name: 'third', snapshot: 'second-generation', disk_mib: 3072 });
+    if (next.status !== 200) throw new Error(JSON.stringify(next.body));
+    expect((await guestRun(t, next.body.id, 'cat /root/marker /root/second')).stdout).toBe('prepared-state\nsecond\n');
+    await api().delete('/v1/instances/third').set(auth()).expect(200);
+    await api().delete('/v1/snapshots/second-generation').set(auth()).expect(200);
+    expect(existsSync(folderOf(snapshotIds['second-generation']!))).toBe(false);
+  });
+
+  it('holds each account to its snapshot count (L15) and size (L16)', async () => {
     const now = new Date();
+    const filler = (name: string, fields: { status: string; sizeBytes?: bigint }) => ({
+      id: randomUUID(), accountId, name, instanceName: 'gone', image: 'universal', memory: false,
+      vcpu: 1, memoryMib: 768, diskMib: 2048, imageProfile: 'minimal', artifactKey: 'x', createdAt: now, ...fields,
+    });
+    // What the account holds, and the most the next one may hold (grown's 3 GiB disk), past 50 GiB: refused.
+    const big = await t.services.database.prisma.snapshot.create({ data: filler('big', { status: 'ready', sizeBytes: BigInt(48 * 1024) * 1048576n }) });
+    const refused = await api().post('/v1/instances/grown/snapshots').set(auth()).send({ name: 'too-big', memory: false });
+    expectError(refused, 409, 'L16');
+    expect(refused.body.error.message).toMatch(/3072 MiB/);
+    await t.services.database.prisma.snapshot.delete({ where: { id: big.id } });
     const have = await t.services.database.prisma.snapshot.count({ where: { accountId } });
     for (let i = have; i < t.services.limits.snapshotsPerAccount; i++) {
-      await t.services.database.prisma.snapshot.create({
-        data: {
-          id: randomUUID(), accountId, name: `filler-${i}`, instanceName: 'gone', image: 'universal', status: 'failed', memory: false,
-          vcpu: 1, memoryMib: 768, diskMib: 2048, imageProfile: 'minimal', artifactKey: 'x', createdAt: now,
-        },
-      });
+      await t.services.database.prisma.snapshot.create({ data: filler(`filler-${i}`, { status: 'failed' }) });
     }
     expectError(await api().post('/v1/instances/grown/snapshots').set(auth()).send({ name: 'one-too-many' }), 409, 'L15');
     expect(await t.services.database.prisma.snapshot.count({ where: { accountId, name: 'one-too-many' } })).toBe(0);
