@@ -4,7 +4,7 @@
 // copy-on-write disk; and the boot snapshots themselves (the store, their making and renewal).
 // QEMU processes and the order of work on a machine stay the machine host's: this file asks for
 // them through MachineProcesses.
-import { chownSync, copyFileSync, existsSync } from 'node:fs';
+import { chownSync, copyFileSync, existsSync, linkSync, rmSync } from 'node:fs';
 import { BootSnapshotMaker } from './boot-snapshot-maker';
 import { BootSnapshotStore, type BootSnapshot, type SnapshotShape } from './boot-snapshots';
 import { nodeName, type DiskChains } from './disk-chain';
@@ -210,7 +210,7 @@ export class InstantCopies {
     await afterDisk?.(saved.disk);
     const files = machineFiles(this.processes.machineDir(id));
     if (!saved.ramInState) await copyRamFile(saved.memoryFile, files.memoryFile);
-    copyFileSync(saved.stateFile, files.stateFile);
+    linkOrCopy(saved.stateFile, files.stateFile);
     if (existsSync(saved.serialLog)) copyFileSync(saved.serialLog, files.serialLog);
     this.ownRunFiles(id, [files.memoryFile, files.serialLog]);
     const started = await this.continueRestored(id, shape, image, identity, { growToBytes: Math.max(shape.diskMib * MIB, saved.diskBytes), ramInState: saved.ramInState });
@@ -272,5 +272,19 @@ export class InstantCopies {
   /** A template booted for a boot snapshot, not anyone's machine. */
   isTemplate(id: string): boolean {
     return this.snapshots.isTemplate(id);
+  }
+}
+
+/**
+ * A saved state file into a new machine's run folder: a hard link where both are on one file system
+ * (root reads it, to send it to QEMU, and removes it once restored; it stays root's and 0600), else
+ * a copy. A live capture's state holds the RAM: copying it would cost as long as loading it.
+ */
+function linkOrCopy(from: string, to: string): void {
+  rmSync(to, { force: true });
+  try {
+    linkSync(from, to);
+  } catch {
+    copyFileSync(from, to);
   }
 }
