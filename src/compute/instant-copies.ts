@@ -26,7 +26,7 @@ export interface SavedMachineState {
   /** The state file holds the RAM too (a live capture): there is no RAM file to copy. */
   ramInState?: boolean;
 }
-import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, saveMemory, type QemuMachine } from './qemu';
+import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, qcow2Header, saveMemory, type QemuMachine } from './qemu';
 
 const MIB = 1048576;
 
@@ -140,6 +140,7 @@ export class InstantCopies {
         newActiveNode: nodeName(next),
         forkFile: layers.path(forkActive),
         prepareFile: (file) => jail.ownLayer(sourceId, file),
+        frozenSize: (file) => ownLayerSize(layers, sourceId, file),
       }),
     );
   }
@@ -287,4 +288,13 @@ function linkOrCopy(from: string, to: string): void {
   } catch {
     copyFileSync(from, to);
   }
+}
+
+/**
+ * The virtual size of a layer a machine's QEMU names as its own (refused unless it is one of that
+ * machine's layers), read from its header alone: an overlay on it is then made without opening it.
+ */
+export async function ownLayerSize(layers: LayerStore, id: string, file: string): Promise<number> {
+  if (!layers.isOwnLayer(id, file)) throw new Error(`QEMU names ${JSON.stringify(file)} as the disk of ${id}, which is not one of its layers`);
+  return (await qcow2Header(file))['virtual-size'];
 }

@@ -5,7 +5,7 @@
 // checks every file's bytes against the sender's hashes before anything is put in place.
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, copyFileSync, createReadStream, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, constants, copyFileSync, createReadStream, existsSync, linkSync, lstatSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import type { MachineJail } from './jail';
@@ -137,7 +137,8 @@ export class MachineMoves {
     jail.ownLayer(id, disk);
     const files = machineFiles(this.parts.machineDir(id));
     if (received.state) {
-      copyFileSync(received.state, files.stateFile);
+      rmSync(files.stateFile, { force: true }); // a new file: never written through a link a restore made
+      copyFileSync(received.state, files.stateFile, constants.COPYFILE_EXCL);
       chmodSync(files.stateFile, 0o600);
     }
     if (received.ram) {

@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { parsePeerJson, peerShape } from '../protocol/peer-input';
 import type { DiskChains } from './disk-chain';
-import type { InstantCopies, MachineProcesses, SavedMachineState } from './instant-copies';
+import { ownLayerSize, type InstantCopies, type MachineProcesses, type SavedMachineState } from './instant-copies';
 import type { MachineJail } from './jail';
 import { headerProblem, type LayerStore } from './layers';
 import type { Accelerator, CreatedMachine, GuestIdentity, HostImage, MachineShape, TakenSnapshot } from './machine-host';
@@ -93,14 +93,15 @@ export class NamedSnapshots {
           await this.machines.flushGuest(id, 'a snapshot'); // what programs wrote is in it, not only what reached the disk
           await this.parts.copies.cutRunningDisk(id, machine, cut);
         } else {
-          await createOverlay(this.parts.layers.path(state.active), this.parts.layers.path(cut));
+          const top = this.parts.layers.path(state.active);
+          await createOverlay(top, this.parts.layers.path(cut), { sizeBytes: await ownLayerSize(this.parts.layers, id, top), unsafe: true });
           if (options.memory) {
             await copyRamFile(run.memoryFile, into.memoryFile);
             copyFileSync(run.stateFile, into.stateFile);
             memory = { ...into, ramInState: false };
           }
         }
-        await this.flatten(cut, join(part, FILES.disk), join(part, 'work'));
+        await this.flatten(id, cut, join(part, FILES.disk), join(part, 'work'));
         if (memory && existsSync(run.serialLog)) copyFileSync(run.serialLog, join(part, FILES.serialLog));
         const manifest: SnapshotManifest = {
           format: 1,
@@ -131,16 +132,19 @@ export class NamedSnapshots {
    * a QEMU that rewrites a header while this runs changes nothing that is read. Image disks and
    * snapshot disks (root's, read-only to machines) are read where they are.
    */
-  private async flatten(cut: string, output: string, work: string): Promise<void> {
+  private async flatten(id: string, cut: string, output: string, work: string): Promise<void> {
     const { layers } = this.parts;
     const chain = await layers.filesOf(cut); // names checked (a first look; the copies are what counts)
     const base = chain.at(-1)!;
     if (!layers.isImageFile(base)) throw new Error(`the disk chain of ${cut} does not end on an image disk`);
+    // A header may name another machine's layer or another snapshot's disk: only what the machine's
+    // own user may read is its disk (its layers, those shared by its fork source, its snapshot's).
+    await this.parts.jail.assertReadable(id, chain.slice(1, -1).filter((file) => !layers.isImageFile(file))); // images are everyone's
     mkdirSync(work, { mode: 0o700 });
     const copies = chain.slice(0, -1).map((file, index) => (dirname(file) === layers.dir ? join(work, `${index}.qcow2`) : file));
-    chain.slice(0, -1).forEach((file, index) => {
-      if (copies[index] !== file) copyFileSync(file, copies[index]!);
-    });
+    for (const [index, file] of chain.slice(0, -1).entries()) {
+      if (copies[index] !== file) await copyRamFile(file, copies[index]!); // cp --sparse: a layer's holes stay holes
+    }
     for (let index = copies.length - 1; index >= 0; index--) {
       if (copies[index] === chain[index]) continue; // a snapshot's disk: root's, already on its image
       const problem = headerProblem(await qcow2Header(copies[index]!));

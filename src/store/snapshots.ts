@@ -29,9 +29,13 @@ export interface NewSnapshot {
 /** How a taking ended. */
 export type SnapshotOutcome = { status: 'ready'; memory: boolean; sizeBytes: number; readyAt: Date } | { status: 'failed'; error: string };
 
-/** The most a snapshot of this shape can hold (its disk, and its memory when it keeps memory). */
+/**
+ * The most a snapshot of this shape can hold: its disk, and with memory the live capture's bound
+ * (RAM pages sent again while they changed: up to three times the RAM and 256 MiB of devices, the
+ * limit captureLive in src/compute/qemu/memory-session.ts enforces).
+ */
 export function snapshotMostBytes(shape: { diskMib: number; memoryMib: number; memory: boolean }): number {
-  return (shape.diskMib + (shape.memory ? shape.memoryMib : 0)) * 1048576;
+  return (shape.diskMib + (shape.memory ? 3 * shape.memoryMib + 256 : 0)) * 1048576;
 }
 
 export class SnapshotStore {

@@ -83,6 +83,8 @@ export interface MachineJail {
   shareLayers(id: string, sourceId: string, files: string[]): Promise<void>;
   /** Its user may read these files (a named snapshot's disk its own disk backs onto); releaseLayers takes that back. */
   grantRead(id: string, files: string[]): Promise<void>;
+  /** Throws unless its user may read every one of these files (what a chain its QEMU wrote may name). */
+  assertReadable(id: string, files: string[]): Promise<void>;
   /** At delete: layers another chain still uses lose every access of this machine's user. */
   releaseLayers(id: string, files: string[]): Promise<void>;
   /** Before QEMU starts: limits applied, its view of `files` made, run folder handed to the user; the launch wrapper. */
@@ -218,6 +220,13 @@ export class HostJail implements MachineJail {
       if (!(await readableBy(file, source.uid))) throw new Error(`the disk of ${sourceId} names ${file}, which is not its own to share`);
     }
     await grant(files, { uid: this.userOf(id).uid }, 'r');
+  }
+
+  async assertReadable(id: string, files: string[]): Promise<void> {
+    const user = this.userOf(id);
+    for (const file of files) {
+      if (!(await readableBy(file, user.uid))) throw new Error(`the disk of ${id} names ${file}, which is not its own`);
+    }
   }
 
   async grantRead(id: string, files: string[]): Promise<void> {

@@ -37,6 +37,9 @@ import type { QmpClient, QmpEvent } from './qmp-client';
 import { BlockJobEventShape, NamedBlockNodesShape, QueryBlockShape, type NamedBlockNode } from './qmp-shapes';
 
 const run = promisify(execFile);
+/** qemu-img work on headers alone, and work that copies a disk's data: past these it is killed (a hostile file cannot hold it forever). */
+const QUICK_MS = 60_000;
+const COPY_MS = 30 * 60_000;
 
 export function qemuImgBinary(): string {
   return process.env.KISTE_QEMU_IMG_BINARY ?? 'qemu-img';
@@ -44,7 +47,7 @@ export function qemuImgBinary(): string {
 
 /** An empty qcow2 disk. */
 export async function createDisk(path: string, sizeBytes: number): Promise<void> {
-  await run(qemuImgBinary(), ['create', '-q', '-f', 'qcow2', path, String(sizeBytes)]);
+  await run(qemuImgBinary(), ['create', '-q', '-f', 'qcow2', path, String(sizeBytes)], { timeout: QUICK_MS });
 }
 
 /**
@@ -55,7 +58,7 @@ export async function createOverlay(backing: string, overlay: string, options: {
   // unsafe (with sizeBytes): the backing file is not opened, as it cannot be while a QEMU writes it.
   const args = ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', backing, ...(options.unsafe ? ['-u'] : []), overlay];
   if (options.sizeBytes !== undefined) args.push(String(options.sizeBytes));
-  await run(qemuImgBinary(), args);
+  await run(qemuImgBinary(), args, { timeout: QUICK_MS });
 }
 
 export interface ImageInfo {
@@ -92,13 +95,13 @@ export async function qcow2Header(path: string): Promise<ImageInfo> {
 
 /** Sets the backing file a qcow2 header names, reading neither the old nor the new backing file. */
 export async function rebaseUnsafe(overlay: string, newBacking: string): Promise<void> {
-  await run(qemuImgBinary(), ['rebase', '-q', '-u', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay]);
+  await run(qemuImgBinary(), ['rebase', '-q', '-u', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay], { timeout: QUICK_MS });
 }
 
 /** Offline compaction: make `overlay` independent of the layers between it and `newBacking`. */
 export async function rebaseOffline(overlay: string, newBacking: string): Promise<void> {
   // Safe mode (no -u): copies every cluster where the old and new backing chains differ.
-  await run(qemuImgBinary(), ['rebase', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay]);
+  await run(qemuImgBinary(), ['rebase', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', newBacking, overlay], { timeout: COPY_MS });
 }
 
 export interface ActiveLayer {
@@ -159,10 +162,18 @@ async function virtualSize(qmp: QmpClient, node: string): Promise<number> {
 /** Copy-on-write fork of a running machine's disk; see the top of this file for the chain. */
 export async function liveFork(
   qmp: QmpClient,
-  options: { newActiveFile: string; newActiveNode: string; forkFile: string; forkSizeBytes?: number; device?: string; prepareFile?: SnapshotOptions['prepareFile'] },
+  options: {
+    newActiveFile: string; newActiveNode: string; forkFile: string; forkSizeBytes?: number; device?: string; prepareFile?: SnapshotOptions['prepareFile'];
+    /**
+     * Checks the file QEMU says it froze before anything opens it (QEMU is not trusted) and answers
+     * the fork's size: the overlay is then made without opening that file at all.
+     */
+    frozenSize?: (file: string) => Promise<number>;
+  },
 ): Promise<SnapshotResult & { fork: string }> {
   const snapshot = await snapshotActive(qmp, { newFile: options.newActiveFile, newNode: options.newActiveNode, device: options.device, prepareFile: options.prepareFile });
-  await createOverlay(snapshot.frozen.file, options.forkFile, { sizeBytes: options.forkSizeBytes });
+  const checkedSize = options.frozenSize ? await options.frozenSize(snapshot.frozen.file) : undefined;
+  await createOverlay(snapshot.frozen.file, options.forkFile, { sizeBytes: options.forkSizeBytes ?? checkedSize, unsafe: checkedSize !== undefined });
   return { ...snapshot, fork: options.forkFile };
 }
 

@@ -99,7 +99,8 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
     receiver = await receiveState(socket, part, { ...options, limitBytes: stateLimitBytes(machine.spec) });
     await qmp.execute('stop');
     paused = true;
-    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }] });
+    // pause-before-switchover off: a live capture that failed may have left it on, and a save would then wait in pre-switchover.
+    await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }, { capability: 'pause-before-switchover', state: false }] });
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
     await qmp.execute('migrate', { uri: `unix:${socket}` });
     const final = await pollUntil(
@@ -159,7 +160,7 @@ export async function captureLive(machine: QemuMachine, options: LiveCaptureOpti
   const part = clearedPart(stateFile);
   const qmp = machine.qmp;
   const socket = migrationSocket(machine.spec);
-  const limitBytes = (options.memoryMib * 3 + 256) * 1048576;
+  const limitBytes = (options.memoryMib * 3 + 256) * 1048576; // the size limit (L16) counts a pending snapshot so (snapshotMostBytes)
   const receiver = await receiveState(socket, part, { socketOwner: options.socketOwner, limitBytes });
   let pausedAt: number | undefined;
   let pausedMs = 0;
