@@ -30,6 +30,18 @@ export function ok<T>(result: { data?: T; error?: unknown; response: Response })
   throw errorFromEnvelope(result.error, result.response);
 }
 
+/** Every item of a cursor-paged list. */
+export async function allPages<T>(page: (startingAfter: string | undefined) => Promise<{ data?: { data: T[]; last_id: string | null; has_more: boolean }; error?: unknown; response: Response }>): Promise<T[]> {
+  const items: T[] = [];
+  let after: string | undefined;
+  for (;;) {
+    const list = ok(await page(after));
+    items.push(...list.data);
+    if (!list.has_more || !list.last_id) return items;
+    after = list.last_id;
+  }
+}
+
 export function errorFromEnvelope(body: unknown, response: { status: number; headers: { get(name: string): string | null } }, exitCode?: number): CliError {
   const error = (body as Envelope | undefined)?.error;
   if (error?.message) {

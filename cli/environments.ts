@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import type { components } from '../src/generated/api';
 import { sleep } from '../src/compute/qemu/wait';
-import { apiFor, CliError, ok, requireToken } from './api';
+import { allPages, apiFor, CliError, ok, requireToken } from './api';
 import type { CliContext } from './context';
 import { table } from './machines';
 import { withSpinner } from './progress';
@@ -107,13 +107,7 @@ export class EnvironmentFlags {
 
 export async function listEnvironments(ctx: CliContext): Promise<Output> {
   requireToken(ctx);
-  const all: Schemas['EnvironmentResponse'][] = [];
-  for (let after: string | undefined; ;) {
-    const page = ok(await apiFor(ctx).GET('/v1/environments', { params: { query: { limit: PAGE, starting_after: after } } }));
-    all.push(...page.data);
-    if (!page.has_more || !page.last_id) break;
-    after = page.last_id;
-  }
+  const all = await allPages((after) => apiFor(ctx).GET('/v1/environments', { params: { query: { limit: PAGE, starting_after: after } } }));
   return { json: all, text: table(['NAME', 'VERSION', 'UPDATED', 'CREATED'], all.map((e) => [e.name, String(e.current_version), e.updated_at, e.created_at])) };
 }
 

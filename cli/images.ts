@@ -5,7 +5,7 @@
 // whose layer is being built (status building) until it is ready or failed, with its build steps.
 import type { components } from '../src/generated/api';
 import { sleep } from '../src/compute/qemu/wait';
-import { apiFor, CliError, ok, requireToken } from './api';
+import { allPages, apiFor, CliError, ok, requireToken } from './api';
 import type { CliContext } from './context';
 import { newLogText } from './log-follow';
 import { table } from './machines';
@@ -189,18 +189,6 @@ async function followBuild(ctx: CliContext, image: Image, relabel: Relabel): Pro
 
 async function fetchCatalogue(ctx: CliContext): Promise<Schemas['ImageComponent'][]> {
   return allPages((starting_after) => apiFor(ctx).GET('/v1/image-components', { params: { query: { limit: PAGE, starting_after } } }));
-}
-
-/** Every item of a cursor-paged list. */
-async function allPages<T>(page: (startingAfter: string | undefined) => Promise<{ data?: { data: T[]; last_id: string | null; has_more: boolean }; error?: unknown; response: Response }>): Promise<T[]> {
-  const items: T[] = [];
-  let after: string | undefined;
-  for (;;) {
-    const list = ok(await page(after));
-    items.push(...list.data);
-    if (!list.has_more || !list.last_id) return items;
-    after = list.last_id;
-  }
 }
 
 function givenResources(options: ResourceOptions): ResourceOptions | undefined {

@@ -4,7 +4,7 @@
 // them (message with the code, hint, request id). A machine need not run to have a service: the URL
 // answers once it runs and something listens on the port.
 import type { components } from '../src/generated/api';
-import { apiFor, ok, requireToken } from './api';
+import { allPages, apiFor, ok, requireToken } from './api';
 import type { CliContext } from './context';
 import { table } from './machines';
 
@@ -39,13 +39,7 @@ export async function exposeService(ctx: CliContext, machine: string, port: numb
 /** The machine's services, every page. */
 export async function listServices(ctx: CliContext, machine: string): Promise<Output> {
   requireToken(ctx);
-  const all: Service[] = [];
-  for (let after: string | undefined; ;) {
-    const page = ok(await apiFor(ctx).GET('/v1/instances/{name}/services', { params: { path: { name: machine }, query: { limit: PAGE, starting_after: after } } }));
-    all.push(...page.data);
-    if (!page.has_more || !page.last_id) break;
-    after = page.last_id;
-  }
+  const all = await allPages((after) => apiFor(ctx).GET('/v1/instances/{name}/services', { params: { path: { name: machine }, query: { limit: PAGE, starting_after: after } } }));
   const rows = all.map((s) => [s.name, String(s.port), s.access, s.status, s.public_url]);
   return { json: all, text: table(['NAME', 'PORT', 'ACCESS', 'STATUS', 'URL'], rows) };
 }

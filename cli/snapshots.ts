@@ -3,7 +3,7 @@
 // create --snapshot SNAP` makes a machine from one (cli/machines.ts). Refusals are shown as every
 // command shows them (message with the code, hint, request id).
 import type { components } from '../src/generated/api';
-import { apiFor, CliError, ok, requireToken } from './api';
+import { allPages, apiFor, CliError, ok, requireToken } from './api';
 import type { CliContext } from './context';
 import { table } from './machines';
 import { withSpinner } from './progress';
@@ -35,13 +35,7 @@ export async function takeSnapshot(ctx: CliContext, machine: string, name: strin
 /** The account's snapshots (of one machine with `machine`), every page. */
 export async function listSnapshots(ctx: CliContext, machine?: string): Promise<Output> {
   requireToken(ctx);
-  const all: Snapshot[] = [];
-  for (let after: string | undefined; ;) {
-    const page = ok(await apiFor(ctx).GET('/v1/snapshots', { params: { query: { limit: PAGE, starting_after: after, ...(machine ? { instance: machine } : {}) } } }));
-    all.push(...page.data);
-    if (!page.has_more || !page.last_id) break;
-    after = page.last_id;
-  }
+  const all = await allPages((after) => apiFor(ctx).GET('/v1/snapshots', { params: { query: { limit: PAGE, starting_after: after, ...(machine ? { instance: machine } : {}) } } }));
   const rows = all.map((s) => [s.name, s.instance_name, s.status, s.memory ? 'disk+memory' : 'disk', s.size_mib === null ? '-' : `${s.size_mib} MiB`, s.created_at]);
   return { json: all, text: table(['NAME', 'MACHINE', 'STATUS', 'HOLDS', 'SIZE', 'CREATED'], rows) };
 }

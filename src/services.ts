@@ -215,7 +215,6 @@ export function createServices(config: Config, database: Database, options: Serv
   // Old image versions go unless a private image's layer sits on them (`images` is made below; asked only later).
   const keepVersions = (): Promise<Iterable<string>> => images.layerBaseVersions();
   const ownedMachineIds = async (): Promise<string[]> => (await stores.instances.all()).map((row) => row.id);
-  const snapshotStore = new SnapshotStore(db);
   const secretKey = installationSecret(config);
   const workerStore = new WorkerStore(db, database.provider);
   const workers = new Workers(workerStore, new SecretBox(secretKey, 'worker signing secrets'), clock);
@@ -241,7 +240,7 @@ export function createServices(config: Config, database: Database, options: Serv
   const placement = compute.kind === 'workers' ? new WorkerPlacement(workerStore, () => clock.now()) : new HostPlacement(machineHost, HOST_MEMORY_RESERVE_MIB);
   // Snapshots ask instances for the owner's machine; instances ask snapshots for a create's source.
   const replicas = options.replicas ?? new SoleReplica();
-  const snapshots: Snapshots = new Snapshots(transactions, snapshotStore, stores.accounts, { get: (accountId, name) => instances.get(accountId, name) }, machineHost, limits, clock, replicas, logger);
+  const snapshots: Snapshots = new Snapshots(transactions, new SnapshotStore(db), stores.accounts, { get: (accountId, name) => instances.get(accountId, name) }, machineHost, limits, clock, replicas, logger);
   const instances = new Instances(transactions, stores, machineHost, limits, clock, {
     imageProfile: config.imageProfile,
     lifecycleWaitMs: options.lifecycleWaitMs ?? 20_000,

@@ -66,7 +66,7 @@ export class BootSnapshotStore {
   ) {}
 
   key(image: HostImage, shape: SnapshotShape): string {
-    const inputs = { format: FORMAT, version: image.version, vcpu: shape.vcpu, memoryMib: shape.memoryMib, accelerator: this.accelerator, qemu: this.qemu() };
+    const inputs = { format: FORMAT, version: image.version, vcpu: shape.vcpu, memoryMib: shape.memoryMib, accelerator: this.accelerator, qemu: qemuBuild() };
     return createHash('sha256').update(JSON.stringify(inputs)).digest('hex').slice(0, 20);
   }
 
@@ -125,7 +125,7 @@ export class BootSnapshotStore {
     }
     const manifest: SnapshotManifest = {
       format: FORMAT, key, image_version: image.version, vcpu: shape.vcpu, memory_mib: shape.memoryMib, accelerator: this.accelerator,
-      qemu: this.qemu(), disk_bytes: files.diskBytes, created_at: new Date().toISOString(), made_in_ms: madeInMs, files: names,
+      qemu: qemuBuild(), disk_bytes: files.diskBytes, created_at: new Date().toISOString(), made_in_ms: madeInMs, files: names,
     };
     writeFileSync(join(dir, 'snapshot.json.part'), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o644 });
     renameSync(join(dir, 'snapshot.json.part'), join(dir, 'snapshot.json'));
@@ -173,12 +173,10 @@ export class BootSnapshotStore {
     return join(this.rootOf(image), key);
   }
 
-  private qemu(): string {
-    return qemuBuild();
-  }
 }
 
-function safeReaddir(dir: string): string[] {
+/** A folder's entries; none when it cannot be read (it does not exist yet). */
+export function safeReaddir(dir: string): string[] {
   try {
     return readdirSync(dir);
   } catch {

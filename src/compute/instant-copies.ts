@@ -13,6 +13,9 @@ import type { ImageCatalogue } from './image-catalogue';
 import type { MachineJail } from './jail';
 import type { LayerStore } from './layers';
 import type { Accelerator, CreatedMachine, ForkedMachine, GuestIdentity, HostImage, MachineShape, StartedFrom, StartedMachine } from './machine-host';
+import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, qcow2Header, saveMemory, type QemuMachine } from './qemu';
+
+const MIB = 1048576;
 
 /** Files of a machine's saved state that a new machine can continue. */
 export interface SavedMachineState {
@@ -26,9 +29,6 @@ export interface SavedMachineState {
   /** The state file holds the RAM too (a live capture): there is no RAM file to copy. */
   ramInState?: boolean;
 }
-import { activeLayer, copyRamFile, createOverlay, liveFork, machineFiles, qcow2Header, saveMemory, type QemuMachine } from './qemu';
-
-const MIB = 1048576;
 
 /** What copies need of the machine host: its QEMU processes, the order of work per machine, new disks. */
 export interface MachineProcesses {
@@ -112,7 +112,7 @@ export class InstantCopies {
 
   /** Copy-on-write copy of another machine's disk (running or not); the copy boots fresh. */
   async forkDisk(sourceId: string, targetId: string): Promise<void> {
-    const { jail, layers, chains } = this.parts;
+    const { jail } = this.parts;
     await this.processes.exclusive(sourceId, async () => {
       await jail.admit(targetId);
       const forkActive = `${targetId}-0.qcow2`;
@@ -122,10 +122,20 @@ export class InstantCopies {
         await this.processes.flushGuest(sourceId, 'a fork');
         await this.cutRunningDisk(sourceId, machine, forkActive);
       } else {
-        await createOverlay(layers.path(chains.state(sourceId).active), layers.path(forkActive));
+        await this.overlayOnStoppedDisk(sourceId, forkActive);
       }
       await this.adoptForkLayer(sourceId, targetId, forkActive, { generationId: true });
     });
+  }
+
+  /**
+   * A stopped machine's disk as it is, under `overlay` (a layer file's name): the overlay is made
+   * without opening the machine's top layer (its last QEMU wrote that header), its size read alone.
+   */
+  async overlayOnStoppedDisk(id: string, overlay: string): Promise<void> {
+    const { layers, chains } = this.parts;
+    const top = layers.path(chains.state(id).active);
+    await createOverlay(top, layers.path(overlay), { sizeBytes: await ownLayerSize(layers, id, top), unsafe: true });
   }
 
   /**

@@ -3,7 +3,7 @@
 // both machines without either machine's folder owning it. A layer is removed only when no
 // remaining machine's chain uses it (images are never removed here).
 import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { qcow2Header, type ImageInfo } from './qemu';
 
 /** Layer files are `<machine id>-<n>.qcow2`: the machine whose disk made them. */
@@ -100,8 +100,13 @@ export class LayerStore {
 
   /** A file of the image folder (an image's disk, a derived layer), not a machine's or a snapshot's. */
   isImageFile(file: string): boolean {
+    return this.imageVersionOf(file) !== null;
+  }
+
+  /** The image version (its folder's name) a file of the image folder belongs to; null for any other file. */
+  imageVersionOf(file: string): string | null {
     const inImages = relative(this.imagesDir, file);
-    return inImages !== '' && !inImages.startsWith('..') && !isAbsolute(inImages);
+    return inImages !== '' && !inImages.startsWith('..') && !isAbsolute(inImages) ? inImages.split(sep)[0]! : null;
   }
 
   private checkChainFile(file: string): void {

@@ -8,16 +8,17 @@
 // written to `<id>.part` and renamed once whole. Deleting one whose disk new machines still back
 // onto leaves a `deleted` mark: the folder goes once no chain uses it (sweep()).
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { basename, dirname, isAbsolute, join, relative, sep } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { parsePeerJson, peerShape } from '../protocol/peer-input';
+import { safeReaddir } from './boot-snapshots';
 import type { DiskChains } from './disk-chain';
-import { ownLayerSize, type InstantCopies, type MachineProcesses, type SavedMachineState } from './instant-copies';
+import { type InstantCopies, type MachineProcesses, type SavedMachineState } from './instant-copies';
 import type { MachineJail } from './jail';
 import { headerProblem, type LayerStore } from './layers';
 import type { Accelerator, CreatedMachine, GuestIdentity, HostImage, MachineShape, TakenSnapshot } from './machine-host';
-import { captureLive, copyRamFile, createOverlay, machineFiles, qcow2Header, qemuBuild, rebaseOffline, rebaseUnsafe } from './qemu';
+import { captureLive, copyRamFile, machineFiles, qcow2Header, qemuBuild, rebaseOffline, rebaseUnsafe } from './qemu';
 
 const MIB = 1048576;
 const SNAPSHOT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -48,7 +49,6 @@ const ManifestShape = peerShape('named snapshot manifest', ManifestSchema);
 export interface NamedSnapshotSettings {
   /** Where snapshots' folders are (root's; machine users may pass through). */
   dir: string;
-  imagesDir: string;
   accelerator: Accelerator;
   logger: { info(object: object, message: string): void; warn(object: object, message: string): void };
 }
@@ -93,8 +93,7 @@ export class NamedSnapshots {
           await this.machines.flushGuest(id, 'a snapshot'); // what programs wrote is in it, not only what reached the disk
           await this.parts.copies.cutRunningDisk(id, machine, cut);
         } else {
-          const top = this.parts.layers.path(state.active);
-          await createOverlay(top, this.parts.layers.path(cut), { sizeBytes: await ownLayerSize(this.parts.layers, id, top), unsafe: true });
+          await this.parts.copies.overlayOnStoppedDisk(id, cut);
           if (options.memory) {
             await copyRamFile(run.memoryFile, into.memoryFile);
             copyFileSync(run.stateFile, into.stateFile);
@@ -193,14 +192,14 @@ export class NamedSnapshots {
     } else if (options.memory && manifest.memory) {
       this.settings.logger.info({ machine: id, snapshot: snapshotId, reason: mismatch }, 'booting a snapshot\'s disk instead of continuing its memory');
     }
-    await this.newDiskOn(id, saved.disk, Math.max(shape.diskMib * MIB, manifest.disk_bytes), true);
+    await this.newDiskOn(id, saved.disk, Math.max(shape.diskMib * MIB, manifest.disk_bytes));
     const started = await this.machines.boot(id, shape, images.boot, identity);
     return { ...started, startedFrom: 'snapshot_disk' };
   }
 
   /** The machine's first layer on the snapshot's disk, which its user may then read. */
-  private async newDiskOn(id: string, disk: string, sizeBytes: number, generationId: boolean): Promise<void> {
-    await this.machines.newDisk(id, disk, sizeBytes, { generationId });
+  private async newDiskOn(id: string, disk: string, sizeBytes: number): Promise<void> {
+    await this.machines.newDisk(id, disk, sizeBytes);
     await this.parts.jail.grantRead(id, [disk]);
   }
 
@@ -243,7 +242,8 @@ export class NamedSnapshots {
       const disk = join(this.folderOf(name), FILES.disk);
       if (name.endsWith('.part') || !existsSync(disk)) continue;
       const base = await this.parts.layers.backingOf(disk);
-      if (base) versions.add(this.versionOf(base));
+      const version = base && this.parts.layers.imageVersionOf(base);
+      if (version) versions.add(version);
     }
     return versions;
   }
@@ -281,12 +281,6 @@ export class NamedSnapshots {
     return options.deletedToo ? { dir, manifest: { format: 1, disk_bytes: 1, memory: null } } : null;
   }
 
-  private versionOf(file: string): string {
-    const inImages = relative(this.settings.imagesDir, file);
-    if (inImages.startsWith('..') || isAbsolute(inImages)) throw new Error(`${file} is not in the image folder`);
-    return inImages.split(sep)[0]!;
-  }
-
   private folderOf(name: string): string {
     return join(this.settings.dir, name);
   }
@@ -312,14 +306,6 @@ function checkId(snapshotId: string): void {
 /** Bytes the files of a folder take on disk (sparse RAM files count what they hold). */
 function allocatedBytes(dir: string): number {
   return readdirSync(dir).reduce((sum, name) => sum + statSync(join(dir, name)).blocks * 512, 0);
-}
-
-function safeReaddir(dir: string): string[] {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
-  }
 }
 
 function readText(file: string): string {

@@ -14,7 +14,7 @@ import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { encodeScreen, type ScreenEncodingSettings } from '../media/screen-encoding';
 import type { ScreenVideo, ScreenVideoEvents, ScreenVideoRequest } from '../media/screen-video';
-import { dirname, isAbsolute, join, relative, sep } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { AgentClient } from './agent-client';
 import { AgentRegistry } from './agent-registry';
 import type { BootSnapshot, SnapshotShape } from './boot-snapshots';
@@ -488,8 +488,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
       for (const version of await this.snapshots.versionsInUse()) inUse.add(version);
       for (const active of await this.activeLayers()) {
         for (const file of await this.layers.filesOf(active)) {
-          const inImages = relative(this.options.imagesDir, file);
-          if (!inImages.startsWith('..') && !isAbsolute(inImages)) inUse.add(inImages.split(sep)[0]);
+          const version = this.layers.imageVersionOf(file);
+          if (version) inUse.add(version);
         }
       }
     } catch (error) {
@@ -527,8 +527,8 @@ export class QemuMachineHost implements MachineHost, DisplayHost {
     this.stopped(id);
     const state = this.layers.readState(this.machineDir(id));
     if (state) {
-      // Its layers, and a snapshot's disk it backs onto (its user was let read it): not images.
-      // A chain that cannot be read: its top, and every snapshot disk its user may have been let read.
+      // Its layers and a snapshot's disk it backs onto (its user was let read it), not images; of a
+      // chain that cannot be read, its top and every snapshot disk.
       const chain = await this.layers.filesOf(state.active).then((files) => files.filter((file) => !this.layers.isImageFile(file)))
         .catch(() => [this.layers.path(state.active), ...this.snapshots.disks()]);
       if (!(await this.layers.release(state.active, await this.activeLayers(id)))) {

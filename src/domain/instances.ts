@@ -566,7 +566,8 @@ function forkImage(source: Instance, memory: boolean, current: HostImage): HostI
     : current;
 }
 
-function shapeOf(instance: Instance): MachineShape {
+/** The shape a machine's row records (vCPUs, memory, disk). */
+export function shapeOf(instance: Instance): MachineShape {
   return { vcpu: instance.vcpu, memoryMib: instance.memoryMib, diskMib: instance.diskMib };
 }
 

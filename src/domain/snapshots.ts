@@ -11,6 +11,7 @@ import { snapshotMostBytes, type Snapshot, type SnapshotStore } from '../store/s
 import type { Clock } from './clock';
 import type { Limits } from './limits';
 import type { LiveReplicas } from './replicas';
+import { shapeOf } from './instances';
 import { newId } from './secrets';
 import type { Transaction, Transactions } from './transactions';
 
@@ -123,7 +124,7 @@ export class Snapshots {
 
   /** Account deletion: every snapshot's files go (their records go with the account's). */
   async removeAllOf(accountId: string): Promise<void> {
-    for (const snapshot of await this.store.ofAccount(accountId)) {
+    for (const snapshot of await this.store.list(accountId)) {
       await this.host.deleteSnapshot({ id: snapshot.id, workerId: snapshot.workerId });
     }
   }
@@ -180,8 +181,4 @@ export class Snapshots {
   private event(tx: Transaction, snapshot: Snapshot, type: SnapshotEventType, data: Record<string, unknown>): Promise<unknown> {
     return appendEvent(tx, snapshot.accountId, { type, resourceType: 'snapshot', resourceId: snapshot.id, data: { name: snapshot.name, instance: snapshot.instanceName, ...data } });
   }
-}
-
-function shapeOf(instance: Instance): MachineShape {
-  return { vcpu: instance.vcpu, memoryMib: instance.memoryMib, diskMib: instance.diskMib };
 }

@@ -88,11 +88,6 @@ export class SnapshotStore {
     return this.db.snapshot.findMany({ where: { status: 'pending' } });
   }
 
-  /** The account's snapshots that have files (ready, or failed after a taking that may have left some). */
-  ofAccount(accountId: string): Promise<Snapshot[]> {
-    return this.db.snapshot.findMany({ where: { accountId } });
-  }
-
   delete(tx: Transaction, accountId: string, id: string): Promise<{ count: number }> {
     return clientFor(tx).snapshot.deleteMany({ where: { accountId, id } });
   }

@@ -49,6 +49,14 @@ export interface SaveOptions {
   socketOwner?: { uid: number; gid: number };
 }
 
+/** The migration's state once it is one of `wanted`, or has failed or been cancelled; undefined past the time. */
+function migrationReaching(qmp: QemuMachine['qmp'], wanted: string[], timeoutMs: number, intervalMs: number) {
+  return pollUntil(async () => {
+    const info = await qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
+    return wanted.includes(info.status ?? '') || info.status === 'failed' || info.status === 'cancelled' ? info : undefined;
+  }, timeoutMs, intervalMs);
+}
+
 /** The `.part` file a state is written to (renamed once whole); neither it nor an older state is left. */
 function clearedPart(stateFile: string): string {
   const part = `${stateFile}.part`;
@@ -103,14 +111,7 @@ export async function saveMemory(machine: QemuMachine, options: SaveOptions): Pr
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }, { capability: 'pause-before-switchover', state: false }] });
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
     await qmp.execute('migrate', { uri: `unix:${socket}` });
-    const final = await pollUntil(
-      async () => {
-        const info = await qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
-        return info.status === 'completed' || info.status === 'failed' || info.status === 'cancelled' ? info : undefined;
-      },
-      timeoutMs,
-      10,
-    );
+    const final = await migrationReaching(qmp, ['completed'], timeoutMs, 10);
     if (!final) {
       await qmp.execute('migrate_cancel').catch(() => undefined);
       throw new Error(`memory save of ${machine.id} did not complete within ${timeoutMs} ms`);
@@ -168,10 +169,7 @@ export async function captureLive(machine: QemuMachine, options: LiveCaptureOpti
     await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: false }, { capability: 'pause-before-switchover', state: true }] });
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': UNLIMITED_BANDWIDTH });
     await qmp.execute('migrate', { uri: `unix:${socket}` });
-    const status = (wanted: string[]) => pollUntil(async () => {
-      const info = await qmp.execute('query-migrate', undefined, { result: QueryMigrateShape });
-      return wanted.includes(info.status ?? '') || info.status === 'failed' || info.status === 'cancelled' ? info : undefined;
-    }, Math.max(1000, timeoutMs - (Date.now() - started)), 2);
+    const status = (wanted: string[]) => migrationReaching(qmp, wanted, Math.max(1000, timeoutMs - (Date.now() - started)), 2);
     const switching = await status(['pre-switchover', 'completed']);
     if (!switching) throw new Error(`the memory of ${machine.id} was not sent within ${timeoutMs} ms`);
     if (switching.status !== 'pre-switchover') throw new Error(`the memory capture of ${machine.id} ${switching.status}: ${switching['error-desc'] ?? 'no detail'}`);
